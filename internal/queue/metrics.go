@@ -1,0 +1,67 @@
+package queue
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	rejected *prometheus.CounterVec
+	wait     prometheus.Histogram
+}
+
+// newMetrics registers the queue's collectors. Gauges are functions of the queue's
+// own state, read at scrape time, so they cannot drift from it; congested and idle
+// change with the clock alone, between any two events.
+func newMetrics(q *Queue, reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "websummoner_queue_rejected_total",
+			Help: "New-session requests refused by the queue, by reason: no_wait (client opted out, usually ggr), timeout (slow grid, consider raising -limit), shed (saturated grid, needs capacity), disabled (-disable-queue).",
+		}, []string{"reason"}),
+		wait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "websummoner_queue_wait_seconds",
+			Help:    "Time admitted requests waited for a slot (0 for requests admitted at once).",
+			Buckets: []float64{0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600, 1800},
+		}),
+	}
+	for _, r := range []Reason{ReasonNoWait, ReasonTimeout, ReasonShed, ReasonDisabled} {
+		m.rejected.WithLabelValues(string(r))
+	}
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	collectors := []prometheus.Collector{
+		m.rejected, m.wait,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "websummoner_queue_congested",
+			Help: "1 while shedding: a request arriving now would queue with the saturated budget (all slots busy and no fast admission for longer than -queue-timeout). Alert on this.",
+		}, func() float64 { return b2f(q.Stats().Congested) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "websummoner_queue_waiting",
+			Help: "New-session requests waiting for a slot.",
+		}, func() float64 { return float64(q.Stats().Waiting) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "websummoner_queue_slots_in_use",
+			Help: "Slots held by sessions and session starts.",
+		}, func() float64 { return float64(q.Stats().InUse) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "websummoner_queue_slots_limit",
+			Help: "Slots in all (-limit).",
+		}, func() float64 { return float64(q.opts.Limit) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "websummoner_queue_idle_seconds",
+			Help: "Seconds since the last fast admission; above -queue-timeout the grid is saturated.",
+		}, func() float64 { return q.Stats().Idle.Seconds() }),
+	}
+	if reg != nil {
+		for _, c := range collectors {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}

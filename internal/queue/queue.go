@@ -1,0 +1,361 @@
+// Package queue is WebSummoner's session queue: -limit slots, first-in first-out
+// waiters, and the CoDel-style idle rule of docs/queue.md that gives each queued
+// request its wait budget. It knows nothing of HTTP; it returns typed outcomes.
+package queue
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/websummoner/websummoner/internal/logtag"
+)
+
+// Reason says why a request was not admitted.
+type Reason string
+
+// Reasons, also the values of the rejected_total metric's reason label.
+const (
+	// ReasonNoWait: the client sent a no-wait header and no slot was free.
+	ReasonNoWait Reason = "no_wait"
+	// ReasonTimeout: the keeping-up budget (-queue-timeout) ran out.
+	ReasonTimeout Reason = "timeout"
+	// ReasonShed: the saturated budget (-queue-congestion-timeout) ran out.
+	ReasonShed Reason = "shed"
+	// ReasonDisabled: -disable-queue is set and no slot was free.
+	ReasonDisabled Reason = "disabled"
+	// ReasonCancelled: the client went away first. Nothing is answered and no
+	// metric counts it as a rejection.
+	ReasonCancelled Reason = "cancelled"
+)
+
+// State is the grid's state as seen by a request when it queued.
+type State int
+
+// States of the idle rule.
+const (
+	// KeepingUp: idle ≤ -queue-timeout (or the timeout is unset).
+	KeepingUp State = iota
+	// Saturated: idle > -queue-timeout.
+	Saturated
+)
+
+func (s State) String() string {
+	if s == Saturated {
+		return "saturated"
+	}
+	return "keeping up"
+}
+
+// Request is what the queue needs to know about a new-session request.
+type Request struct {
+	// ID identifies the request in log lines.
+	ID string
+	// NoWait refuses the request at once instead of queueing it.
+	NoWait bool
+}
+
+// Outcome is the queue's answer to one Acquire.
+type Outcome struct {
+	// Admitted is true when a slot was taken; Reason is then empty.
+	Admitted bool
+	// Reason says why the request was refused.
+	Reason Reason
+	// Queued says the request waited in the queue (it found every slot busy).
+	Queued bool
+	// State is the grid's state when the request queued (or was refused on arrival).
+	State State
+	// Idle is the time since the last fast admission when the request arrived.
+	Idle time.Duration
+	// Budget is the wait allowed to the request; 0 with Queued means unbounded.
+	Budget time.Duration
+	// Waited is how long the request spent in the queue.
+	Waited time.Duration
+	// Fast says the admission counted as fast and reset idle.
+	Fast bool
+	// RetryAfter is the hint for a refused client, a whole number of seconds drawn
+	// uniformly from [1, -queue-timeout] (or [1, DefaultRetryAfterMax] when unset).
+	RetryAfter time.Duration
+
+	limit int
+	opts  *Options
+}
+
+// Message explains a refusal to the client: which budget ran out, how long the
+// request waited, the grid's state and the flag to change.
+func (o Outcome) Message() string {
+	switch o.Reason {
+	case ReasonNoWait:
+		return fmt.Sprintf("all %d slots (-limit) are busy and the request asked not to wait (X-WebSummoner-No-Wait or X-Selenoid-No-Wait header); retry later or drop the header to queue", o.limit)
+	case ReasonDisabled:
+		return fmt.Sprintf("all %d slots (-limit) are busy and queueing is off (-disable-queue); retry later, raise -limit, or remove -disable-queue to let requests wait", o.limit)
+	case ReasonTimeout:
+		return fmt.Sprintf("queue timeout: waited %v for one of %d slots while the grid was keeping up; the keeping-up budget of %v (-queue-timeout) ran out; consider raising -limit, or -queue-timeout to wait longer",
+			o.Waited.Round(time.Millisecond), o.limit, o.Budget)
+	case ReasonShed:
+		return fmt.Sprintf("grid saturated: no session was admitted within %v of queueing for %v (more than -queue-timeout %v), so this request got the saturated budget of %v (-queue-congestion-timeout) and waited %v; the grid needs capacity (free or add slots, fix browsers that hang), not patience",
+			o.opts.FastThreshold, o.Idle.Round(time.Second), o.opts.Timeout, o.Budget, o.Waited.Round(time.Millisecond))
+	case ReasonCancelled:
+		return "the client went away while waiting for a slot"
+	}
+	return "admitted"
+}
+
+// Slot is one of the -limit slots, held by an admitted request. Release returns it.
+type Slot struct {
+	q        *Queue
+	released atomic.Bool
+}
+
+// Release gives the slot back, handing it to the oldest live waiter if there is one.
+// It is safe to call more than once; only the first call counts.
+func (s *Slot) Release() {
+	if s == nil || !s.released.CompareAndSwap(false, true) {
+		return
+	}
+	s.q.release()
+}
+
+type waiter struct {
+	req     Request
+	ctx     context.Context
+	queued  time.Time
+	granted bool          // set under Queue.mu when a slot is handed over
+	waited  time.Duration // set with granted
+	fast    bool          // set with granted
+	ready   chan struct{} // closed when granted
+	elem    *list.Element // nil once out of the list
+}
+
+// Queue hands out -limit slots to new-session requests.
+type Queue struct {
+	opts    Options
+	log     *slog.Logger
+	randInt func(int) int
+	m       *metrics
+
+	mu       sync.Mutex
+	inUse    int
+	waiters  list.List // of *waiter, oldest first
+	lastFast time.Time // time of the last fast admission; idle = now - lastFast
+}
+
+// New returns a queue. Options are resolved here, so raw flag values may be passed.
+// A fresh queue counts as just admitted fast: a grid that has just started is not
+// saturated. A nil logger discards; a nil registerer registers nothing.
+func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Queue, error) {
+	opts, err := opts.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	q := &Queue{opts: opts, log: logger, randInt: opts.RandIntN, lastFast: time.Now()}
+	if q.randInt == nil {
+		q.randInt = rand.IntN
+	}
+	q.m, err = newMetrics(q, reg)
+	if err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// Options returns the resolved options the queue runs with.
+func (q *Queue) Options() Options { return q.opts }
+
+// Acquire takes a slot for r, waiting in first-in first-out order when all are busy.
+// It returns a Slot exactly when the outcome is Admitted. When ctx ends first the
+// outcome is ReasonCancelled and any slot handed over meanwhile has been released.
+func (q *Queue) Acquire(ctx context.Context, r Request) (*Slot, Outcome) {
+	q.mu.Lock()
+	now := time.Now()
+	idle := now.Sub(q.lastFast)
+	if q.inUse < q.opts.Limit && q.waiters.Len() == 0 {
+		q.inUse++
+		q.lastFast = now
+		q.mu.Unlock()
+		q.m.wait.Observe(0)
+		return &Slot{q: q}, Outcome{Admitted: true, Fast: true, Idle: idle, limit: q.opts.Limit, opts: &q.opts}
+	}
+	out := Outcome{Idle: idle, State: q.stateAt(idle), limit: q.opts.Limit, opts: &q.opts}
+	switch {
+	case q.opts.Disabled:
+		return nil, q.refuseLocked(out, ReasonDisabled)
+	case r.NoWait:
+		return nil, q.refuseLocked(out, ReasonNoWait)
+	}
+	if out.State == Saturated {
+		out.Budget = q.opts.SaturatedBudget
+		if out.Budget == 0 {
+			return nil, q.refuseLocked(out, ReasonShed)
+		}
+	} else {
+		out.Budget = q.opts.KeepingUpBudget
+	}
+	out.Queued = true
+	w := &waiter{req: r, ctx: ctx, queued: now, ready: make(chan struct{})}
+	w.elem = q.waiters.PushBack(w)
+	q.mu.Unlock()
+	logtag.Event(q.log, slog.LevelDebug, r.ID, "QUEUED", out.State, "budget "+budgetString(out.Budget))
+
+	var expired <-chan time.Time
+	if out.Budget > 0 {
+		t := time.NewTimer(out.Budget)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case <-w.ready:
+	case <-expired:
+	case <-ctx.Done():
+	}
+	q.mu.Lock()
+	if w.granted {
+		q.mu.Unlock()
+		out.Waited, out.Fast = w.waited, w.fast
+		s := &Slot{q: q}
+		if ctx.Err() != nil {
+			// The client left as the slot arrived: pass it on rather than leak it.
+			s.Release()
+			return nil, q.cancelled(out, r)
+		}
+		out.Admitted = true
+		q.m.wait.Observe(out.Waited.Seconds())
+		return s, out
+	}
+	q.removeLocked(w)
+	out.Waited = time.Since(w.queued)
+	if ctx.Err() != nil {
+		q.mu.Unlock()
+		return nil, q.cancelled(out, r)
+	}
+	if out.State == Saturated {
+		return nil, q.refuseLocked(out, ReasonShed)
+	}
+	return nil, q.refuseLocked(out, ReasonTimeout)
+}
+
+func (q *Queue) stateAt(idle time.Duration) State {
+	if q.opts.Timeout > 0 && idle > q.opts.Timeout {
+		return Saturated
+	}
+	return KeepingUp
+}
+
+// refuseLocked completes a refusal: it draws Retry-After, unlocks, counts and logs.
+func (q *Queue) refuseLocked(out Outcome, reason Reason) Outcome {
+	out.Reason = reason
+	out.RetryAfter = q.retryAfterLocked()
+	q.mu.Unlock()
+	q.m.rejected.WithLabelValues(string(reason)).Inc()
+	tag := map[Reason]string{
+		ReasonNoWait:   "QUEUE_NO_WAIT",
+		ReasonDisabled: "QUEUE_DISABLED",
+		ReasonTimeout:  "QUEUE_TIMEOUT",
+		ReasonShed:     "QUEUE_SHED",
+	}[reason]
+	logtag.Event(q.log, slog.LevelInfo, "", tag, out.State, "waited "+out.Waited.Round(time.Millisecond).String(),
+		"budget "+budgetString(out.Budget), fmt.Sprintf("retry after %ds", int(out.RetryAfter/time.Second)))
+	return out
+}
+
+func (q *Queue) cancelled(out Outcome, r Request) Outcome {
+	out.Reason = ReasonCancelled
+	logtag.Event(q.log, slog.LevelInfo, r.ID, "CLIENT_DISCONNECTED", "left the queue after "+out.Waited.Round(time.Millisecond).String())
+	return out
+}
+
+func (q *Queue) retryAfterLocked() time.Duration {
+	hi := q.opts.Timeout
+	if hi == 0 {
+		hi = DefaultRetryAfterMax
+	}
+	n := max(int(hi/time.Second), 1)
+	return time.Duration(1+q.randInt(n)) * time.Second
+}
+
+func (q *Queue) removeLocked(w *waiter) {
+	if w.elem != nil {
+		q.waiters.Remove(w.elem)
+		w.elem = nil
+	}
+}
+
+func (q *Queue) release() {
+	q.mu.Lock()
+	q.inUse--
+	q.dispatchLocked(time.Now())
+	q.mu.Unlock()
+}
+
+// dispatchLocked hands free slots to the oldest live waiters. Waiters whose client
+// has gone are dropped on the way (their Acquire returns Cancelled), so a slot never
+// goes to a client that left. The admission's speed is judged here, at hand-over.
+func (q *Queue) dispatchLocked(now time.Time) {
+	for q.inUse < q.opts.Limit {
+		e := q.waiters.Front()
+		if e == nil {
+			return
+		}
+		w := e.Value.(*waiter)
+		q.removeLocked(w)
+		if w.ctx.Err() != nil {
+			continue
+		}
+		q.inUse++
+		w.granted = true
+		w.waited = now.Sub(w.queued)
+		if w.waited <= q.opts.FastThreshold {
+			w.fast = true
+			q.lastFast = now
+		}
+		close(w.ready)
+	}
+}
+
+// Stats is a snapshot of the queue for /status and tests.
+type Stats struct {
+	// Limit is -limit.
+	Limit int
+	// InUse is the number of slots held.
+	InUse int
+	// Waiting is the number of queued requests.
+	Waiting int
+	// Idle is the time since the last fast admission.
+	Idle time.Duration
+	// OldestWait is how long the oldest waiter has waited; 0 with none.
+	OldestWait time.Duration
+	// Congested is true exactly while a request arriving now would queue with the
+	// saturated budget.
+	Congested bool
+}
+
+// Stats returns the queue's state now.
+func (q *Queue) Stats() Stats {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := time.Now()
+	s := Stats{Limit: q.opts.Limit, InUse: q.inUse, Waiting: q.waiters.Len(), Idle: now.Sub(q.lastFast)}
+	if e := q.waiters.Front(); e != nil {
+		s.OldestWait = now.Sub(e.Value.(*waiter).queued)
+	}
+	full := q.inUse >= q.opts.Limit || s.Waiting > 0
+	s.Congested = full && !q.opts.Disabled && q.stateAt(s.Idle) == Saturated
+	return s
+}
+
+func budgetString(d time.Duration) string {
+	if d == 0 {
+		return "unbounded"
+	}
+	return d.String()
+}

@@ -1,0 +1,427 @@
+package queue
+
+import (
+	"context"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestDerivedNumbers(t *testing.T) {
+	cases := []struct {
+		name                     string
+		opts                     Options
+		fast, keeping, saturated time.Duration
+	}{
+		{"5m", Options{Limit: 2, Timeout: 5 * time.Minute}, 15 * time.Second, 5 * time.Minute, 30 * time.Second},
+		{"10s floors fast to 1s", Options{Limit: 2, Timeout: 10 * time.Second}, time.Second, 10 * time.Second, time.Second},
+		{"5s floors saturated to 1s", Options{Limit: 2, Timeout: 5 * time.Second}, time.Second, 5 * time.Second, time.Second},
+		{"explicit 500ms is not floored", Options{Limit: 2, Timeout: 5 * time.Minute, CongestionTimeout: 500 * time.Millisecond, CongestionTimeoutSet: true}, 15 * time.Second, 5 * time.Minute, 500 * time.Millisecond},
+		{"explicit 0", Options{Limit: 2, Timeout: 5 * time.Minute, CongestionTimeoutSet: true}, 15 * time.Second, 5 * time.Minute, 0},
+		{"unset", Options{Limit: 2}, time.Second, 0, 0},
+	}
+	for _, c := range cases {
+		o, err := c.opts.Resolve()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if o.FastThreshold != c.fast || o.KeepingUpBudget != c.keeping || o.SaturatedBudget != c.saturated {
+			t.Errorf("%s: got fast=%v keeping=%v saturated=%v, want %v %v %v", c.name,
+				o.FastThreshold, o.KeepingUpBudget, o.SaturatedBudget, c.fast, c.keeping, c.saturated)
+		}
+		if c.opts.Timeout > 0 && !strings.Contains(o.String(), "saturated-budget="+c.saturated.String()) {
+			t.Errorf("%s: start-up summary %q lacks the saturated budget", c.name, o.String())
+		}
+	}
+}
+
+func TestInvalidOptions(t *testing.T) {
+	cases := []struct {
+		opts Options
+		want string
+	}{
+		{Options{Limit: 0}, "-limit must be a whole number of at least 1 (got 0)"},
+		{Options{Limit: -3}, "-limit"},
+		{Options{Limit: 1, Timeout: -time.Second}, "-queue-timeout must be 0"},
+		{Options{Limit: 1, Timeout: time.Minute, CongestionTimeout: -time.Second, CongestionTimeoutSet: true}, "-queue-congestion-timeout must be 0"},
+		{Options{Limit: 1, CongestionTimeout: time.Second, CongestionTimeoutSet: true}, "-queue-congestion-timeout 1s needs -queue-timeout"},
+	}
+	for _, c := range cases {
+		_, err := New(c.opts, nil, nil)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: err = %v, want it to contain %q", c.opts, err, c.want)
+		}
+	}
+}
+
+// An explicit -queue-congestion-timeout 0 refuses at once when saturated, and 500ms
+// is honoured exactly rather than floored to 1s.
+func TestExplicitCongestionTimeout(t *testing.T) {
+	for _, ct := range []time.Duration{0, 500 * time.Millisecond} {
+		synctest.Test(t, func(t *testing.T) {
+			h := newHarness(t, Options{Limit: 1, Timeout: 10 * time.Second, CongestionTimeout: ct, CongestionTimeoutSet: true})
+			a := h.acquire("A", false)
+			time.Sleep(11 * time.Second)
+			start := time.Now()
+			p := h.acquire("B", false)
+			<-p.done
+			if p.out.Reason != ReasonShed || p.out.State != Saturated || p.out.Budget != ct || time.Since(start) != ct || p.out.Waited != ct {
+				t.Errorf("congestion timeout %v: got %+v after %v", ct, p.out, time.Since(start))
+			}
+			if h.metric("websummoner_queue_rejected_total", "reason", "shed") != 1 {
+				t.Error("shed not counted")
+			}
+			a.slot.Release()
+		})
+	}
+}
+
+func TestOutcomes(t *testing.T) {
+	t.Run("disable-queue refuses at once", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h := newHarness(t, Options{Limit: 1, Timeout: time.Minute, Disabled: true})
+			a := h.acquire("A", false)
+			p := h.acquire("B", false)
+			if !p.finished() || p.out.Reason != ReasonDisabled || p.out.Waited != 0 || p.out.Queued {
+				t.Fatalf("got %+v", p.out)
+			}
+			if !strings.Contains(p.out.Message(), "-disable-queue") {
+				t.Errorf("message %q does not name the flag", p.out.Message())
+			}
+			if h.metric("websummoner_queue_rejected_total", "reason", "disabled") != 1 || h.metric("websummoner_queue_congested") != 0 {
+				t.Error("metrics")
+			}
+			if !strings.Contains(h.logs.take(), "[QUEUE_DISABLED]") {
+				t.Error("no [QUEUE_DISABLED] line")
+			}
+			a.slot.Release()
+		})
+	})
+	t.Run("no-wait refuses at once, only when full", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h := newHarness(t, Options{Limit: 1, Timeout: time.Minute})
+			a := h.acquire("A", true)
+			if !a.out.Admitted {
+				t.Fatal("no-wait with a free slot must be admitted")
+			}
+			p := h.acquire("B", true)
+			if !p.finished() || p.out.Reason != ReasonNoWait || p.out.Waited != 0 || p.out.RetryAfter < time.Second {
+				t.Fatalf("got %+v", p.out)
+			}
+			if h.metric("websummoner_queue_rejected_total", "reason", "no_wait") != 1 {
+				t.Error("no_wait not counted")
+			}
+			if !strings.Contains(h.logs.take(), "[QUEUE_NO_WAIT]") {
+				t.Error("no [QUEUE_NO_WAIT] line")
+			}
+			a.slot.Release()
+		})
+	})
+	t.Run("budget elapses", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h := newHarness(t, Options{Limit: 1, Timeout: time.Minute})
+			a := h.acquire("A", false)
+			p := h.acquire("B", false)
+			<-p.done
+			if p.out.Reason != ReasonTimeout || p.out.Waited != time.Minute {
+				t.Fatalf("got %+v", p.out)
+			}
+			for _, s := range []string{"waited 1m0s", "keeping up", "-queue-timeout", "-limit"} {
+				if !strings.Contains(p.out.Message(), s) {
+					t.Errorf("message %q lacks %q", p.out.Message(), s)
+				}
+			}
+			a.slot.Release()
+		})
+	})
+	t.Run("client disconnects first", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h := newHarness(t, Options{Limit: 1, Timeout: time.Minute})
+			a := h.acquire("A", false)
+			b := h.acquire("B", false)
+			c := h.acquire("C", false)
+			time.Sleep(10 * time.Second)
+			b.cancel()
+			synctest.Wait()
+			if b.out.Reason != ReasonCancelled || b.slot != nil {
+				t.Fatalf("B: %+v", b.out)
+			}
+			if st := h.q.Stats(); st.Waiting != 1 || st.InUse != 1 {
+				t.Fatalf("after B left: %+v", st)
+			}
+			// The slot goes to C, not to B who left.
+			a.slot.Release()
+			synctest.Wait()
+			if !c.out.Admitted {
+				t.Fatalf("C: %+v", c.out)
+			}
+			c.slot.Release()
+			if st := h.q.Stats(); st.InUse != 0 || st.Waiting != 0 {
+				t.Fatalf("leak: %+v", st)
+			}
+			for _, r := range []string{"no_wait", "timeout", "shed", "disabled"} {
+				if h.metric("websummoner_queue_rejected_total", "reason", r) != 0 {
+					t.Errorf("a disconnect counted as %s", r)
+				}
+			}
+		})
+	})
+	t.Run("slot frees first", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			h := newHarness(t, Options{Limit: 1, Timeout: time.Minute})
+			a := h.acquire("A", false)
+			b := h.acquire("B", false)
+			time.Sleep(59 * time.Second)
+			a.slot.Release()
+			synctest.Wait()
+			if !b.out.Admitted || b.out.Waited != 59*time.Second || b.out.Fast {
+				t.Fatalf("B: %+v", b.out)
+			}
+			// A slow admission does not reset idle.
+			if idle := h.q.Stats().Idle; idle != 59*time.Second {
+				t.Errorf("idle after slow admission = %v, want 59s", idle)
+			}
+			b.slot.Release()
+		})
+	})
+}
+
+// A client whose context ended while the slot was on its way is skipped, and the
+// slot goes to the next live waiter: the oldest LIVE waiter, not merely the oldest.
+func TestHandOffSkipsDeadWaiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Options{Limit: 1})
+		a := h.acquire("A", false)
+		ctx, cancel := context.WithCancel(context.Background())
+		w := &waiter{ctx: ctx, ready: make(chan struct{}), queued: time.Now()}
+		h.q.mu.Lock()
+		w.elem = h.q.waiters.PushBack(w) // as if its Acquire had not yet noticed the cancel
+		h.q.mu.Unlock()
+		cancel()
+		c := h.acquire("C", false)
+		a.slot.Release()
+		synctest.Wait()
+		if w.granted || !c.out.Admitted {
+			t.Fatalf("dead waiter granted=%v, C=%+v", w.granted, c.out)
+		}
+		c.slot.Release()
+		if st := h.q.Stats(); st.InUse != 0 || st.Waiting != 0 {
+			t.Fatalf("%+v", st)
+		}
+	})
+}
+
+// Nothing but a fast admission resets idle: not a refusal, not the queue emptying.
+func TestIdleResetsOnlyOnFastAdmission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Options{Limit: 1, Timeout: 20 * time.Second}) // fast threshold 1s
+		a := h.acquire("A", false)
+		time.Sleep(5 * time.Second)
+		h.acquire("B", true) // refused no-wait
+		p := h.acquire("C", false)
+		time.Sleep(3 * time.Second)
+		p.cancel() // queue empties
+		synctest.Wait()
+		if idle := h.q.Stats().Idle; idle != 8*time.Second {
+			t.Fatalf("idle = %v, want 8s", idle)
+		}
+		q := h.acquire("D", false)
+		time.Sleep(time.Second)
+		a.slot.Release() // D admitted after exactly 1s: fast
+		synctest.Wait()
+		if !q.out.Fast || h.q.Stats().Idle != 0 {
+			t.Fatalf("D: %+v idle %v", q.out, h.q.Stats().Idle)
+		}
+		q.slot.Release()
+	})
+}
+
+// With -queue-timeout unset a request waits as long as its client does, well past
+// an hour, and the grid is never reported congested.
+func TestUnsetTimeoutWaitsIndefinitely(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Options{Limit: 1})
+		a := h.acquire("A", false)
+		p := h.acquire("B", false)
+		for range 5 {
+			time.Sleep(time.Hour)
+			synctest.Wait()
+			if p.finished() {
+				t.Fatalf("B gave up: %+v", p.out)
+			}
+			if h.metric("websummoner_queue_congested") != 0 {
+				t.Fatal("congested with the timeout unset")
+			}
+		}
+		a.slot.Release()
+		synctest.Wait()
+		if !p.out.Admitted || p.out.Waited != 5*time.Hour || p.out.Budget != 0 {
+			t.Fatalf("B: %+v", p.out)
+		}
+		p.slot.Release()
+	})
+}
+
+// A grid with free slots is never congested, however long since a fast admission.
+func TestFreeSlotsAreNotCongested(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Options{Limit: 2, Timeout: time.Minute})
+		a := h.acquire("A", false)
+		time.Sleep(time.Hour)
+		if h.metric("websummoner_queue_congested") != 0 {
+			t.Fatal("congested with a free slot")
+		}
+		b := h.acquire("B", false) // fast: resets idle
+		if h.metric("websummoner_queue_congested") != 0 {
+			t.Fatal("congested right after a fast admission")
+		}
+		time.Sleep(61 * time.Second)
+		if h.metric("websummoner_queue_congested") != 1 {
+			t.Fatal("full and idle > timeout must be congested")
+		}
+		a.slot.Release()
+		b.slot.Release()
+	})
+}
+
+// Ten no-wait requests at once against five free slots: exactly five sessions and
+// five refusals, every time. The check and the take are one step.
+func TestNoWaitIsAtomic(t *testing.T) {
+	for range 200 {
+		q, err := New(Options{Limit: 5, Timeout: time.Minute}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var admitted, refused atomic.Int32
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		slots := make(chan *Slot, 10)
+		for range 10 {
+			wg.Go(func() {
+				<-start
+				s, out := q.Acquire(context.Background(), Request{NoWait: true})
+				if out.Admitted {
+					admitted.Add(1)
+					slots <- s
+				} else if out.Reason == ReasonNoWait {
+					refused.Add(1)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if admitted.Load() != 5 || refused.Load() != 5 {
+			t.Fatalf("admitted %d refused %d, want 5 and 5", admitted.Load(), refused.Load())
+		}
+		close(slots)
+		for s := range slots {
+			s.Release()
+		}
+	}
+}
+
+func TestRetryAfterDistribution(t *testing.T) {
+	cases := []struct {
+		timeout time.Duration
+		hi      int
+	}{{5 * time.Minute, 300}, {0, int(DefaultRetryAfterMax / time.Second)}, {1500 * time.Millisecond, 1}}
+	for _, c := range cases {
+		q, err := New(Options{Limit: 1, Timeout: c.timeout}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := q.Acquire(context.Background(), Request{})
+		counts := make(map[int]int)
+		draws := 100 * c.hi
+		for range draws {
+			_, out := q.Acquire(context.Background(), Request{NoWait: true})
+			ra := out.RetryAfter
+			if ra%time.Second != 0 || ra < time.Second || ra > time.Duration(c.hi)*time.Second {
+				t.Fatalf("timeout %v: Retry-After %v out of [1s, %ds]", c.timeout, ra, c.hi)
+			}
+			counts[int(ra/time.Second)]++
+		}
+		if counts[1] == 0 || counts[c.hi] == 0 {
+			t.Errorf("timeout %v: ends not reached: 1→%d %d→%d", c.timeout, counts[1], c.hi, counts[c.hi])
+		}
+		if len(counts) != c.hi {
+			t.Errorf("timeout %v: %d distinct values, want %d", c.timeout, len(counts), c.hi)
+		}
+		for v, n := range counts {
+			if c.hi > 1 && n > 3*draws/c.hi {
+				t.Errorf("timeout %v: value %d drawn %d times of %d: dominates", c.timeout, v, n, draws)
+			}
+		}
+		s.Release()
+	}
+}
+
+// Thousands of acquires, releases, cancellations and budget expiries from many
+// goroutines, on the real clock: at every step no more than -limit slots are held,
+// and at the end every gauge is back to zero.
+func TestStress(t *testing.T) {
+	const limit, workers, perWorker = 4, 64, 60
+	h := &harness{t: t, logs: &syncBuffer{}}
+	var err error
+	h.reg = prometheus.NewRegistry()
+	h.q, err = New(Options{Limit: limit, Timeout: 40 * time.Millisecond}, nil, h.reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holders atomic.Int32
+	var wg sync.WaitGroup
+	var admitted, refused, cancelled atomic.Int32
+	for w := range workers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			for range perWorker {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.IntN(30))*time.Millisecond)
+				s, out := h.q.Acquire(ctx, Request{NoWait: r.IntN(8) == 0})
+				cancel()
+				switch {
+				case out.Admitted:
+					admitted.Add(1)
+					if n := holders.Add(1); n > limit {
+						t.Errorf("%d holders, limit %d", n, limit)
+					}
+					if st := h.q.Stats(); st.InUse > limit {
+						t.Errorf("in use %d > limit", st.InUse)
+					}
+					if r.IntN(3) == 0 {
+						runtime.Gosched()
+					}
+					holders.Add(-1)
+					s.Release()
+					if r.IntN(10) == 0 {
+						s.Release() // double release must be harmless
+					}
+				case out.Reason == ReasonCancelled:
+					cancelled.Add(1)
+				default:
+					refused.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := admitted.Load() + refused.Load() + cancelled.Load(); got != workers*perWorker {
+		t.Fatalf("outcomes %d, want %d", got, workers*perWorker)
+	}
+	st := h.q.Stats()
+	if st.InUse != 0 || st.Waiting != 0 {
+		t.Fatalf("after stress: %+v", st)
+	}
+	for _, m := range []string{"websummoner_queue_waiting", "websummoner_queue_slots_in_use", "websummoner_queue_congested"} {
+		if v := h.metric(m); v != 0 {
+			t.Errorf("%s = %v after stress", m, v)
+		}
+	}
+	t.Logf("admitted %d, refused %d, cancelled %d", admitted.Load(), refused.Load(), cancelled.Load())
+}

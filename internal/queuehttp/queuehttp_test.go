@@ -1,0 +1,252 @@
+package queuehttp
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/websummoner/websummoner/internal/queue"
+	"github.com/websummoner/websummoner/internal/webdriver"
+)
+
+// handler reads the body, asks for a slot, and on admission answers 200 and hands
+// the slot to the test; every Admit result goes to results.
+type handler struct {
+	a       Admitter
+	slots   chan *queue.Slot
+	results chan bool
+}
+
+func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.ReadAll(r.Body)
+	slot, ok := h.a.Admit(w, r, "t")
+	if ok {
+		w.WriteHeader(http.StatusOK)
+		h.slots <- slot
+	}
+	h.results <- ok
+}
+
+// queuedSignal is a slog handler that reports each [QUEUED] line, so a test with a
+// real client learns that its request is waiting without polling.
+type queuedSignal chan string
+
+func (c queuedSignal) Enabled(context.Context, slog.Level) bool { return true }
+func (c queuedSignal) WithAttrs([]slog.Attr) slog.Handler       { return c }
+func (c queuedSignal) WithGroup(string) slog.Handler            { return c }
+func (c queuedSignal) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, "[QUEUED]") {
+		c <- r.Message
+	}
+	return nil
+}
+
+func newHandler(t *testing.T, opts queue.Options) handler {
+	return newHandlerLog(t, opts, nil)
+}
+
+func newHandlerLog(t *testing.T, opts queue.Options, log *slog.Logger) handler {
+	q, err := queue.New(opts, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return handler{a: Admitter{Queue: q}, slots: make(chan *queue.Slot, 16), results: make(chan bool, 16)}
+}
+
+func post(h http.Handler, header http.Header) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("POST", "/session", strings.NewReader(`{"capabilities":{}}`))
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+func decode(t *testing.T, rec *httptest.ResponseRecorder) webdriver.ErrorValue {
+	t.Helper()
+	if ct := rec.Header().Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Errorf("Content-Type %q", ct)
+	}
+	var body webdriver.ErrorBody
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatalf("body %q: %v", rec.Body.String(), err)
+	}
+	if body.Value.Error != "session not created" || body.Value.Message == "" {
+		t.Errorf("body %+v", body.Value)
+	}
+	return body.Value
+}
+
+func retryAfter(t *testing.T, rec *httptest.ResponseRecorder, hi int) {
+	t.Helper()
+	n, err := strconv.Atoi(rec.Header().Get("Retry-After"))
+	if err != nil || n < 1 || n > hi {
+		t.Errorf("Retry-After %q, want a whole number in [1, %d]", rec.Header().Get("Retry-After"), hi)
+	}
+}
+
+func TestNoWaitHeaders(t *testing.T) {
+	for _, hdr := range []http.Header{
+		{"X-Websummoner-No-Wait": {"1"}},
+		{"X-Websummoner-No-Wait": {""}},
+		{"X-Selenoid-No-Wait": {""}}, // as ggr sends it
+		{"X-Selenoid-No-Wait": {"true"}},
+	} {
+		h := newHandler(t, queue.Options{Limit: 1, Timeout: time.Minute})
+		if rec := post(h, hdr); rec.Code != 200 {
+			t.Fatalf("%v with a free slot: %d", hdr, rec.Code)
+		}
+		rec := post(h, hdr)
+		if rec.Code != http.StatusTooManyRequests {
+			t.Fatalf("%v: status %d", hdr, rec.Code)
+		}
+		retryAfter(t, rec, 60)
+		if v := decode(t, rec); !strings.Contains(v.Message, "No-Wait") {
+			t.Errorf("message %q", v.Message)
+		}
+		(<-h.slots).Release()
+	}
+	if NoWait(http.Header{"X-Other": {""}}) {
+		t.Error("an unrelated header counted as no-wait")
+	}
+}
+
+func TestBudgetsOverHTTP(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHandler(t, queue.Options{Limit: 1, Timeout: 10 * time.Second})
+		post(h, nil)
+		start := time.Now()
+		rec := post(h, nil) // queues, keeping up, 10s
+		if rec.Code != 429 || time.Since(start) != 10*time.Second {
+			t.Fatalf("status %d after %v", rec.Code, time.Since(start))
+		}
+		retryAfter(t, rec, 10)
+		if v := decode(t, rec); !strings.Contains(v.Message, "keeping up") || !strings.Contains(v.Message, "-queue-timeout") {
+			t.Errorf("timeout message %q", v.Message)
+		}
+		time.Sleep(time.Second)
+		start = time.Now()
+		rec = post(h, nil) // idle 11s > 10s: saturated, 1s
+		if rec.Code != 429 || time.Since(start) != time.Second {
+			t.Fatalf("status %d after %v", rec.Code, time.Since(start))
+		}
+		retryAfter(t, rec, 10)
+		if v := decode(t, rec); !strings.Contains(v.Message, "saturated") || !strings.Contains(v.Message, "-queue-congestion-timeout") {
+			t.Errorf("shed message %q", v.Message)
+		}
+		(<-h.slots).Release()
+	})
+}
+
+func TestDisabledOverHTTP(t *testing.T) {
+	h := newHandler(t, queue.Options{Limit: 1, Disabled: true})
+	post(h, nil)
+	rec := post(h, nil)
+	if rec.Code != StatusDisabled || rec.Header().Get("Retry-After") != "" {
+		t.Fatalf("status %d, Retry-After %q", rec.Code, rec.Header().Get("Retry-After"))
+	}
+	decode(t, rec)
+	(<-h.slots).Release()
+}
+
+// A slot that frees while a request waits admits it: over a real connection.
+func TestSlotFreesFirst(t *testing.T) {
+	queued := make(queuedSignal, 1)
+	h := newHandlerLog(t, queue.Options{Limit: 1}, slog.New(queued))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	post(h, nil)
+	resp := make(chan int)
+	go func() {
+		r, err := http.Post(srv.URL, "application/json", strings.NewReader("{}"))
+		if err != nil {
+			resp <- 0
+			return
+		}
+		r.Body.Close()
+		resp <- r.StatusCode
+	}()
+	<-queued
+	(<-h.slots).Release()
+	if code := <-resp; code != 200 {
+		t.Fatalf("status %d", code)
+	}
+	<-h.results
+	(<-h.slots).Release()
+}
+
+// A real client over a real connection gives up while queued: the server answers
+// nothing, the waiter is gone and the slot goes to the next request. The request
+// has a body that the handler under test does not read itself: Admit must.
+func TestClientDisconnects(t *testing.T) {
+	queued := make(queuedSignal, 1)
+	q, err := queue.New(queue.Options{Limit: 1}, slog.New(queued), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan bool, 4)
+	var wrote = make(chan int, 4)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rw := &recordingWriter{ResponseWriter: w}
+		slot, ok := Admitter{Queue: q}.Admit(rw, r, "t")
+		if ok {
+			defer slot.Release()
+		}
+		wrote <- rw.status
+		results <- ok
+	}))
+	defer srv.Close()
+
+	hold, _ := q.Acquire(context.Background(), queue.Request{})
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL, strings.NewReader(`{"capabilities":{"alwaysMatch":{}}}`))
+		_, err := http.DefaultClient.Do(req)
+		errc <- err
+	}()
+	<-queued
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("client got an answer")
+	}
+	if ok := <-results; ok {
+		t.Fatal("a gone client was admitted")
+	}
+	if status := <-wrote; status != 0 {
+		t.Fatalf("answered %d to a gone client", status)
+	}
+	if st := q.Stats(); st.Waiting != 0 || st.InUse != 1 {
+		t.Fatalf("after disconnect: %+v", st)
+	}
+	hold.Release()
+	if st := q.Stats(); st.InUse != 0 {
+		t.Fatalf("slot leaked: %+v", st)
+	}
+}
+
+type recordingWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *recordingWriter) WriteHeader(code int) {
+	w.status = code
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *recordingWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = 200
+	}
+	return w.ResponseWriter.Write(p)
+}
