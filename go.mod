@@ -3,6 +3,7 @@ module github.com/websummoner/websummoner
 go 1.26.0
 
 require (
+	github.com/gorilla/mux v1.8.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 )

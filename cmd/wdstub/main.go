@@ -1,0 +1,64 @@
+// Command wdstub is a stub WebDriver server: chromedriver's command line
+// (--port=N) and the few endpoints the hub's tests and load tool need, with
+// switches to misbehave on purpose.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/websummoner/websummoner/internal/wdstub"
+)
+
+func main() {
+	port := flag.Int("port", 4444, "port to listen on (127.0.0.1, or all interfaces with -all)")
+	all := flag.Bool("all", false, "listen on all interfaces (inside a container)")
+	listenDelay := flag.Duration("listen-delay", 0, "wait this long before listening (a slow start)")
+	exitOnce := flag.String("exit-once", "", "if this file exists, remove it and exit 1 at once, as a driver that lost its port")
+	ignoreInt := flag.Bool("ignore-sigint", false, "ignore SIGINT, so only SIGKILL stops it")
+	spawn := flag.Bool("spawn-orphan", false, "start a helper in its own session (as Chromium's crash handler does)")
+	newDelay := flag.Duration("new-session-delay", 0, "delay of POST /session")
+	failNew := flag.Bool("fail-new-session", false, "answer POST /session with 500")
+	flag.Parse()
+	if *exitOnce != "" {
+		if err := os.Remove(*exitOnce); err == nil {
+			fmt.Fprintf(os.Stderr, "wdstub: bind 127.0.0.1:%d: address already in use\n", *port)
+			os.Exit(1)
+		}
+	}
+	if *ignoreInt {
+		signal.Ignore(syscall.SIGINT)
+	}
+	if *spawn {
+		cmd := exec.Command(os.Args[0], "-port", "0", "-listen-delay", "1h")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "wdstub: spawn:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("wdstub: orphan helper pid %d\n", cmd.Process.Pid)
+	}
+	time.Sleep(*listenDelay)
+	host := "127.0.0.1"
+	if *all {
+		host = ""
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, fmt.Sprint(*port)))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wdstub:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("wdstub: listening on %s\n", ln.Addr())
+	srv := &http.Server{Handler: wdstub.New(wdstub.Options{NewSessionDelay: *newDelay, FailNewSession: *failNew}), ReadHeaderTimeout: 10 * time.Second}
+	if err := srv.Serve(ln); err != nil {
+		fmt.Fprintln(os.Stderr, "wdstub:", err)
+		os.Exit(1)
+	}
+}

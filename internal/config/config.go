@@ -1,0 +1,299 @@
+// Package config reads browsers.json in Selenoid's format, validates it, resolves
+// a requested browser and version to one entry, and swaps in a new file on reload.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Browsers is the whole file: browser name → its versions.
+type Browsers map[string]*Versions
+
+// Versions lists one browser's versions and the one an empty version request gets.
+type Versions struct {
+	Default  string              `json:"default"`
+	Versions map[string]*Browser `json:"versions"`
+}
+
+// Browser is one version's entry. Field names and types follow Selenoid's, so
+// existing files load unchanged.
+type Browser struct {
+	// Image is a Docker image name (a JSON string) or, for a local driver process,
+	// a command line (a JSON array of strings).
+	Image           Image             `json:"image"`
+	Port            string            `json:"port,omitempty"`
+	Path            string            `json:"path,omitempty"`
+	Tmpfs           map[string]string `json:"tmpfs,omitempty"`
+	Volumes         []string          `json:"volumes,omitempty"`
+	Env             []string          `json:"env,omitempty"`
+	Hosts           []string          `json:"hosts,omitempty"`
+	ShmSize         int64             `json:"shmSize,omitempty"`
+	Labels          map[string]string `json:"labels,omitempty"`
+	Sysctl          map[string]string `json:"sysctl,omitempty"`
+	Mem             string            `json:"mem,omitempty"`
+	CPU             string            `json:"cpu,omitempty"`
+	PublishAllPorts bool              `json:"publishAllPorts,omitempty"`
+	// Caps are capabilities merged under the client's before the new-session
+	// request reaches the driver (a WebSummoner addition): the place for flags a
+	// browser needs on this host, such as Chromium's --headless --no-sandbox.
+	Caps map[string]any `json:"caps,omitempty"`
+}
+
+// Image is either a Docker image name or a local command line.
+type Image struct {
+	// Name is set for a Docker image.
+	Name string
+	// Command is set for a local driver process.
+	Command []string
+}
+
+// UnmarshalJSON accepts a string or an array of strings.
+func (i *Image) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch {
+	case len(b) > 0 && b[0] == '"':
+		return json.Unmarshal(b, &i.Name)
+	case len(b) > 0 && b[0] == '[':
+		return json.Unmarshal(b, &i.Command)
+	}
+	return fmt.Errorf("must be a Docker image name (a string) or a command line (an array of strings), got %s", b)
+}
+
+// MarshalJSON writes the form it was read in.
+func (i Image) MarshalJSON() ([]byte, error) {
+	if i.Command != nil {
+		return json.Marshal(i.Command)
+	}
+	return json.Marshal(i.Name)
+}
+
+// IsCommand reports whether the entry runs a local driver process.
+func (i Image) IsCommand() bool { return len(i.Command) > 0 }
+
+func (i Image) String() string {
+	if i.IsCommand() {
+		return strings.Join(i.Command, " ")
+	}
+	return i.Name
+}
+
+// Parse decodes and validates a browsers.json document. Errors name the browser,
+// version and field. dockerAllowed says whether Docker image entries may be used
+// (false under -disable-docker).
+func Parse(data []byte, dockerAllowed bool) (Browsers, error) {
+	var bs Browsers
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&bs); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			line := 1 + bytes.Count(data[:min(int(se.Offset), len(data))], []byte("\n"))
+			return nil, fmt.Errorf("line %d: %v", line, err)
+		}
+		return nil, err
+	}
+	if len(bs) == 0 {
+		return nil, errors.New("no browsers configured: the file must map browser names to {\"default\": …, \"versions\": {…}}")
+	}
+	for _, name := range sortedKeys(bs) {
+		v := bs[name]
+		if v == nil || len(v.Versions) == 0 {
+			return nil, fmt.Errorf("browser %q: \"versions\" is empty", name)
+		}
+		if v.Default != "" && v.Versions[v.Default] == nil {
+			return nil, fmt.Errorf("browser %q: \"default\" is %q, which is not one of its versions (%s)", name, v.Default, strings.Join(sortedKeys(v.Versions), ", "))
+		}
+		for _, ver := range sortedKeys(v.Versions) {
+			b := v.Versions[ver]
+			where := fmt.Sprintf("browser %q version %q", name, ver)
+			if b == nil {
+				return nil, fmt.Errorf("%s: entry is null", where)
+			}
+			switch {
+			case b.Image.IsCommand():
+				if b.Image.Command[0] == "" {
+					return nil, fmt.Errorf("%s: \"image\" command line starts with an empty program name", where)
+				}
+			case b.Image.Name == "":
+				return nil, fmt.Errorf("%s: \"image\" is missing: give a Docker image name or a command line array", where)
+			case !dockerAllowed:
+				return nil, fmt.Errorf("%s: \"image\" %q is a Docker image, but -disable-docker is set; give a command line array to run a local driver", where, b.Image.Name)
+			}
+			if b.Path != "" && !strings.HasPrefix(b.Path, "/") {
+				return nil, fmt.Errorf("%s: \"path\" %q must start with /", where, b.Path)
+			}
+			if b.Port != "" {
+				var p int
+				if _, err := fmt.Sscanf(b.Port, "%d", &p); err != nil || p < 1 || p > 65535 || fmt.Sprint(p) != b.Port {
+					return nil, fmt.Errorf("%s: \"port\" %q must be a number from 1 to 65535", where, b.Port)
+				}
+			}
+			if b.ShmSize < 0 {
+				return nil, fmt.Errorf("%s: \"shmSize\" must not be negative", where)
+			}
+			for _, e := range b.Env {
+				if !strings.Contains(e, "=") {
+					return nil, fmt.Errorf("%s: \"env\" entry %q must be NAME=value", where, e)
+				}
+			}
+		}
+	}
+	return bs, nil
+}
+
+// Resolved is the entry a request resolved to.
+type Resolved struct {
+	// Name and Version are the configured names the request matched.
+	Name, Version string
+	*Browser
+}
+
+// Find resolves a browser name and version. An empty version takes the browser's
+// default; otherwise the version matches a configured one exactly or as a prefix
+// ("128" matches "128.0"; of several, the highest sorts first). The error lists
+// what is configured.
+func (bs Browsers) Find(name, version string) (Resolved, error) {
+	v := bs[name]
+	if v == nil {
+		return Resolved{}, fmt.Errorf("browser %q is not configured; configured: %s", name, bs.describe())
+	}
+	if version == "" {
+		version = v.Default
+		if version == "" {
+			return Resolved{}, fmt.Errorf("browser %q: no version requested and no \"default\" configured; configured versions: %s", name, strings.Join(sortedKeys(v.Versions), ", "))
+		}
+	}
+	if b := v.Versions[version]; b != nil {
+		return Resolved{Name: name, Version: version, Browser: b}, nil
+	}
+	keys := sortedKeys(v.Versions)
+	for i := len(keys) - 1; i >= 0; i-- {
+		if strings.HasPrefix(keys[i], version) {
+			return Resolved{Name: name, Version: keys[i], Browser: v.Versions[keys[i]]}, nil
+		}
+	}
+	return Resolved{}, fmt.Errorf("browser %q version %q is not configured; configured versions: %s", name, version, strings.Join(keys, ", "))
+}
+
+func (bs Browsers) describe() string {
+	var parts []string
+	for _, n := range sortedKeys(bs) {
+		parts = append(parts, fmt.Sprintf("%s (%s)", n, strings.Join(sortedKeys(bs[n].Versions), ", ")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return versionLess(keys[i], keys[j]) })
+	return keys
+}
+
+// versionLess orders "9.0" before "10.0": numeric runs compare as numbers.
+func versionLess(a, b string) bool {
+	for a != "" && b != "" {
+		na, ra := leadingNumber(a)
+		nb, rb := leadingNumber(b)
+		if na >= 0 && nb >= 0 {
+			if na != nb {
+				return na < nb
+			}
+			a, b = ra, rb
+			continue
+		}
+		if a[0] != b[0] {
+			return a[0] < b[0]
+		}
+		a, b = a[1:], b[1:]
+	}
+	return len(a) < len(b)
+}
+
+func leadingNumber(s string) (int, string) {
+	i := 0
+	for i < len(s) && i < 9 && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	if i == 0 {
+		return -1, s
+	}
+	n := 0
+	for _, c := range s[:i] {
+		n = n*10 + int(c-'0')
+	}
+	return n, s[i:]
+}
+
+// Store holds the live configuration and swaps it on Reload. A bad file leaves the
+// old configuration in place.
+type Store struct {
+	path          string
+	dockerAllowed bool
+
+	mu       sync.RWMutex
+	browsers Browsers
+	loadedAt time.Time
+}
+
+// Load reads path once; the error is the start-up error to show the operator.
+func Load(path string, dockerAllowed bool) (*Store, error) {
+	s := &Store{path: path, dockerAllowed: dockerAllowed}
+	if err := s.Reload(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewStore wraps an already parsed configuration (tests, embedding).
+func NewStore(bs Browsers) *Store { return &Store{browsers: bs, loadedAt: time.Now()} }
+
+// Reload reads the file again; on error the previous configuration stays.
+func (s *Store) Reload() error {
+	data, err := os.ReadFile(s.path)
+	if err != nil {
+		return fmt.Errorf("-conf %s: %w", s.path, err)
+	}
+	bs, err := Parse(data, s.dockerAllowed)
+	if err != nil {
+		return fmt.Errorf("-conf %s: %w", s.path, err)
+	}
+	s.mu.Lock()
+	s.browsers, s.loadedAt = bs, time.Now()
+	s.mu.Unlock()
+	return nil
+}
+
+// Browsers returns the live configuration. It must not be modified.
+func (s *Store) Browsers() Browsers {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.browsers
+}
+
+// LoadedAt is when the live configuration was read.
+func (s *Store) LoadedAt() time.Time {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.loadedAt
+}
+
+// VersionsOf returns the configured versions of a browser, sorted.
+func (bs Browsers) VersionsOf(name string) []string {
+	if v := bs[name]; v != nil {
+		return sortedKeys(v.Versions)
+	}
+	return nil
+}
+
+// Names returns the configured browser names, sorted.
+func (bs Browsers) Names() []string { return sortedKeys(bs) }

@@ -1,0 +1,430 @@
+// Package process runs each session's driver as a local process (Selenoid's
+// -disable-docker mode): a command line from browsers.json plus --port=N, in its
+// own process group, stopped with SIGINT and then killed, group and all.
+package process
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/logtag"
+)
+
+// MarkerEnv is set in every driver's environment, and so inherited by the browser
+// and every helper it spawns, even those that leave the process group (Chromium's
+// crash handler calls setsid). Stop and the start-up sweep find leftovers by it.
+const MarkerEnv = "WEBSUMMONER_PROCESS"
+
+// Options configure the process launcher.
+type Options struct {
+	// StartupTimeout is -service-startup-timeout: how long a driver may take to answer.
+	StartupTimeout time.Duration
+	// StopTimeout is -session-delete-timeout: how long a driver has to exit after
+	// SIGINT before its whole group is killed.
+	StopTimeout time.Duration
+	// Instance names this hub; processes of an earlier run with the same name are
+	// killed by Sweep.
+	Instance string
+	// CaptureLogs copies each driver's output into the hub's log (-capture-driver-logs).
+	CaptureLogs bool
+	// LogDir, if set, keeps each driver's output in LogDir/<session-id>.log (-log-output-dir).
+	LogDir string
+	// PortAttempts is how many ports a start tries when its driver exits during
+	// start-up (say, "address already in use"); zero means 3.
+	PortAttempts int
+}
+
+// Launcher starts local driver processes.
+type Launcher struct {
+	opts   Options
+	log    *slog.Logger
+	client *http.Client
+
+	mu    sync.Mutex
+	ports map[int]bool // handed to a live driver of this hub
+}
+
+// New returns a process launcher.
+func New(opts Options, logger *slog.Logger) *Launcher {
+	if opts.PortAttempts <= 0 {
+		opts.PortAttempts = 3
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Launcher{
+		opts:   opts,
+		log:    logger,
+		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second},
+		ports:  map[int]bool{},
+	}
+}
+
+// reservePort returns a loopback port no live driver of this hub holds. Picking a
+// free port and closing it is racy by nature; the reservation removes the race
+// between this hub's own drivers, and a driver that still loses its port to
+// another program exits, which Start notices and retries.
+func (l *Launcher) reservePort() (int, error) {
+	for range 50 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		l.mu.Lock()
+		if !l.ports[port] {
+			l.ports[port] = true
+			l.mu.Unlock()
+			return port, nil
+		}
+		l.mu.Unlock()
+	}
+	return 0, errors.New("no free loopback port found in 50 tries")
+}
+
+func (l *Launcher) freePort(port int) {
+	l.mu.Lock()
+	delete(l.ports, port)
+	l.mu.Unlock()
+}
+
+// Start runs the driver's command line with --port=N and waits until it answers.
+func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Instance, error) {
+	name := r.Browser.Name + " " + r.Browser.Version
+	argv := r.Browser.Image.Command
+	if len(argv) == 0 {
+		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name,
+			Msg: fmt.Sprintf("\"image\" %q is a Docker image, but this hub runs local drivers (-disable-docker)", r.Browser.Image.Name)}
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.opts.StartupTimeout)
+	defer cancel()
+	var lastErr error
+	for attempt := 1; attempt <= l.opts.PortAttempts; attempt++ {
+		inst, err := l.startOnce(ctx, r, name, argv)
+		if err == nil {
+			return inst, nil
+		}
+		lastErr = err
+		if !errors.Is(err, launcher.ErrExited) || ctx.Err() != nil {
+			break
+		}
+		logtag.Event(l.log, slog.LevelWarn, r.ID, "DRIVER_EXITED_AT_START", name, fmt.Sprintf("attempt %d of %d", attempt, l.opts.PortAttempts), err)
+	}
+	return nil, lastErr
+}
+
+func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name string, argv []string) (*instance, error) {
+	port, err := l.reservePort()
+	if err != nil {
+		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Msg: err.Error(), Err: err}
+	}
+	token := make([]byte, 8)
+	_, _ = rand.Read(token)
+	inst := &instance{
+		l:      l,
+		port:   port,
+		marker: l.markerPrefix() + hex.EncodeToString(token),
+		exited: make(chan struct{}),
+		done:   make(chan struct{}),
+		base:   &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port), Path: r.Browser.Path},
+		tail:   &tailBuffer{max: 4096},
+	}
+	args := append(append([]string(nil), argv[1:]...), "--port="+strconv.Itoa(port))
+	cmd := exec.Command(argv[0], args...)
+	cmd.Env = append(os.Environ(), r.Browser.Env...)
+	cmd.Env = append(cmd.Env, r.Options.Env...)
+	if r.Options.TimeZone != "" {
+		cmd.Env = append(cmd.Env, "TZ="+r.Options.TimeZone)
+	}
+	if r.Options.ScreenResolution != "" {
+		cmd.Env = append(cmd.Env, "SCREEN_RESOLUTION="+r.Options.ScreenResolution)
+	}
+	cmd.Env = append(cmd.Env, MarkerEnv+"="+inst.marker)
+	// Own process group, so Stop reaches the browser too; killed with the hub.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var out io.Writer = inst.tail
+	if l.opts.CaptureLogs {
+		out = io.MultiWriter(out, &lineLogger{log: l.log, id: r.ID})
+	}
+	if l.opts.LogDir != "" {
+		f, err := os.CreateTemp(l.opts.LogDir, "driver-*.log")
+		if err != nil {
+			l.freePort(port)
+			return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Err: err,
+				Msg: fmt.Sprintf("cannot create a driver log file in -log-output-dir %s: %v", l.opts.LogDir, err)}
+		}
+		inst.logFile = f
+		out = io.MultiWriter(out, f)
+	}
+	// An *os.File, not an io.Writer: exec then copies nothing itself, and Wait
+	// returns when the driver exits rather than when the last browser helper
+	// holding the pipe does.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		l.freePort(port)
+		inst.closeLog()
+		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Err: err, Msg: "cannot create the driver's output pipe: " + err.Error()}
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw
+	err = cmd.Start()
+	pw.Close()
+	if err != nil {
+		pr.Close()
+		l.freePort(port)
+		inst.closeLog()
+		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Err: err,
+			Msg: fmt.Sprintf("cannot run driver command %q: %v; install it or fix \"image\" in the -conf file", argv[0], err)}
+	}
+	inst.outDone = make(chan struct{})
+	go func() {
+		_, _ = io.Copy(out, pr)
+		pr.Close()
+		close(inst.outDone)
+	}()
+	inst.cmd = cmd
+	go inst.wait()
+	logtag.Event(l.log, slog.LevelDebug, r.ID, "PROCESS_STARTED", name, "pid "+strconv.Itoa(cmd.Process.Pid), "port "+strconv.Itoa(port))
+
+	err = launcher.WaitReady(ctx, l.client, inst.base, inst.exited)
+	if err == nil {
+		return inst, nil
+	}
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.StopTimeout)
+	defer cancel()
+	_ = inst.Stop(stopCtx)
+	switch {
+	case errors.Is(err, launcher.ErrExited):
+		return nil, &launcher.StartError{Phase: launcher.PhaseStartup, Browser: name, Err: launcher.ErrExited,
+			Msg: fmt.Sprintf("driver %q exited during start-up on port %d (%s): %s", argv[0], port, inst.ExitReason(), inst.tail.String())}
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, &launcher.StartError{Phase: launcher.PhaseStartup, Browser: name, Err: err,
+			Msg: fmt.Sprintf("driver did not answer on 127.0.0.1:%d within -service-startup-timeout %v; raise it if the host is slow", port, l.opts.StartupTimeout)}
+	default:
+		return nil, err // the client went away: not the host's fault
+	}
+}
+
+func (l *Launcher) markerPrefix() string { return l.opts.Instance + "/" }
+
+// Sweep kills every process left by an earlier run of this hub instance (a hub
+// that was SIGKILLed takes its drivers with it, but not the browsers they had
+// started). It returns how many it killed.
+func (l *Launcher) Sweep() int {
+	n := killMarked(func(v string) bool { return strings.HasPrefix(v, l.markerPrefix()) })
+	if n > 0 {
+		logtag.Event(l.log, slog.LevelInfo, "", "ORPHANS_REMOVED", fmt.Sprintf("%d processes of an earlier run of instance %q", n, l.opts.Instance))
+	}
+	return n
+}
+
+type instance struct {
+	l       *Launcher
+	cmd     *exec.Cmd
+	port    int
+	marker  string
+	base    *url.URL
+	tail    *tailBuffer
+	logFile *os.File
+	outDone chan struct{} // closed when every writer of the output pipe is gone
+
+	exited   chan struct{} // closed when the driver exits on its own
+	done     chan struct{} // closed when the driver process has been reaped
+	mu       sync.Mutex
+	stopping bool
+	reason   string
+	stopOnce sync.Once
+	stopErr  error
+}
+
+func (i *instance) wait() {
+	err := i.cmd.Wait()
+	i.mu.Lock()
+	i.reason = "exit status 0"
+	if err != nil {
+		i.reason = err.Error()
+	}
+	stopping := i.stopping
+	i.mu.Unlock()
+	if !stopping {
+		close(i.exited)
+	}
+	close(i.done)
+}
+
+func (i *instance) URL() *url.URL           { return i.base }
+func (i *instance) Exited() <-chan struct{} { return i.exited }
+func (i *instance) Describe() string {
+	if i.cmd == nil || i.cmd.Process == nil {
+		return "process"
+	}
+	return "pid " + strconv.Itoa(i.cmd.Process.Pid) + " port " + strconv.Itoa(i.port)
+}
+
+func (i *instance) ExitReason() string {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return "driver process ended: " + i.reason
+}
+
+// SetSessionID names the driver's log file after the session, as Selenoid does.
+func (i *instance) SetSessionID(id string) {
+	if i.logFile == nil {
+		return
+	}
+	_ = os.Rename(i.logFile.Name(), filepath.Join(filepath.Dir(i.logFile.Name()), id+".log"))
+}
+
+// Stop sends SIGINT to the driver's group, waits up to -session-delete-timeout (or
+// until ctx ends) for the driver to exit, then kills the group and every process carrying this instance's marker.
+func (i *instance) Stop(ctx context.Context) error {
+	i.stopOnce.Do(func() {
+		i.mu.Lock()
+		i.stopping = true
+		i.mu.Unlock()
+		pgid := i.cmd.Process.Pid
+		_ = syscall.Kill(-pgid, syscall.SIGINT)
+		grace := time.NewTimer(i.l.opts.StopTimeout)
+		select {
+		case <-i.done:
+		case <-ctx.Done():
+		case <-grace.C:
+		}
+		grace.Stop()
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		<-i.done
+		killMarked(func(v string) bool { return v == i.marker })
+		select {
+		case <-i.outDone:
+		case <-time.After(5 * time.Second):
+			// A helper that dropped the marker still holds the pipe; stop waiting.
+		}
+		i.l.freePort(i.port)
+		i.closeLog()
+	})
+	return i.stopErr
+}
+
+func (i *instance) closeLog() {
+	if i.logFile != nil {
+		_ = i.logFile.Close()
+	}
+}
+
+// killMarked SIGKILLs every process whose MarkerEnv value matches and waits, for
+// a bounded time, until they are gone. It returns how many it found.
+func killMarked(match func(string) bool) int {
+	found := 0
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		pids := markedPIDs(match)
+		if len(pids) == 0 || time.Now().After(deadline) {
+			return found
+		}
+		found = max(found, len(pids))
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(10 * time.Millisecond) // the kernel needs a moment to tear them down
+	}
+}
+
+func markedPIDs(match func(string) bool) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	var pids []int
+	key := []byte(MarkerEnv + "=")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || !bytes.Contains(env, key) {
+			continue
+		}
+		if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 && stat[i+2] == 'Z' {
+				continue // a zombie is already dead; its parent will reap it
+			}
+		}
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if v, ok := bytes.CutPrefix(kv, key); ok && match(string(v)) {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
+
+// tailBuffer keeps the last max bytes written, for error messages.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = append(t.buf[:0:0], t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := strings.TrimSpace(string(t.buf))
+	if s == "" {
+		return "no output"
+	}
+	return "output: " + strings.ReplaceAll(s, "\n", " | ")
+}
+
+// lineLogger writes each line of a driver's output as a log line.
+type lineLogger struct {
+	log     *slog.Logger
+	id      string
+	mu      sync.Mutex
+	partial []byte
+}
+
+func (w *lineLogger) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		logtag.Event(w.log, slog.LevelInfo, w.id, "DRIVER_LOG", string(w.partial[:i]))
+		w.partial = w.partial[i+1:]
+	}
+	return len(p), nil
+}

@@ -1,0 +1,292 @@
+package process
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/websummoner/websummoner/internal/config"
+	"github.com/websummoner/websummoner/internal/launcher"
+)
+
+// These tests run real processes: the repository's stub WebDriver, built once.
+var stub string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "wdstub")
+	if err != nil {
+		panic(err)
+	}
+	stub = filepath.Join(dir, "wdstub")
+	if out, err := exec.Command("go", "build", "-o", stub, "github.com/websummoner/websummoner/cmd/wdstub").CombinedOutput(); err != nil {
+		panic(fmt.Sprintf("building wdstub: %v\n%s", err, out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func newLauncher(t *testing.T, opts Options) *Launcher {
+	if opts.StartupTimeout == 0 {
+		opts.StartupTimeout = 10 * time.Second
+	}
+	if opts.StopTimeout == 0 {
+		opts.StopTimeout = 2 * time.Second
+	}
+	if opts.Instance == "" {
+		opts.Instance = "test-" + t.Name()
+	}
+	return New(opts, nil)
+}
+
+func req(args ...string) launcher.Request {
+	return launcher.Request{ID: "t", Browser: config.Resolved{Name: "stub", Version: "1", Browser: &config.Browser{
+		Image: config.Image{Command: append([]string{stub}, args...)}, Path: "/"}}}
+}
+
+func pidOf(t *testing.T, inst launcher.Instance) int {
+	t.Helper()
+	resp, err := http.Get(inst.URL().JoinPath("status").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Value struct {
+			PID int `json:"pid"`
+		} `json:"value"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Value.PID
+}
+
+func alive(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	return i > 0 && stat[i+2] != 'Z'
+}
+
+func TestStartAnswerStop(t *testing.T) {
+	l := newLauncher(t, Options{})
+	inst, err := l.Start(context.Background(), req())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := pidOf(t, inst)
+	if !alive(pid) {
+		t.Fatal("driver not running")
+	}
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if alive(pid) {
+		t.Fatal("driver outlived Stop")
+	}
+	select {
+	case <-inst.Exited():
+		t.Fatal("a stopped instance reported an exit of its own")
+	default:
+	}
+	if len(l.ports) != 0 {
+		t.Fatalf("ports still reserved: %v", l.ports)
+	}
+	inst.Stop(context.Background()) // twice is harmless
+}
+
+// Thirty-two drivers started at once each get their own port and each answers
+// for itself: the pid behind every URL is the pid of its own process.
+func TestConcurrentStartsNeverSharePorts(t *testing.T) {
+	l := newLauncher(t, Options{})
+	const n = 32
+	insts := make([]launcher.Instance, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { insts[i], errs[i] = l.Start(context.Background(), req()) })
+	}
+	wg.Wait()
+	hosts := map[string]bool{}
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("start %d: %v", i, errs[i])
+		}
+		h := insts[i].URL().Host
+		if hosts[h] {
+			t.Fatalf("two drivers on %s", h)
+		}
+		hosts[h] = true
+		if pid, own := pidOf(t, insts[i]), insts[i].(*instance).cmd.Process.Pid; pid != own {
+			t.Fatalf("%s answered by pid %d, not its own driver %d", h, pid, own)
+		}
+	}
+	for _, inst := range insts {
+		wg.Go(func() { inst.Stop(context.Background()) })
+	}
+	wg.Wait()
+}
+
+// A driver that exits during start (as one that lost its port does) is noticed at
+// once, not after the start-up timeout, and the start is retried on a new port.
+func TestExitDuringStartRetriesOnNewPort(t *testing.T) {
+	flagFile := filepath.Join(t.TempDir(), "exit-once")
+	os.WriteFile(flagFile, nil, 0o644)
+	l := newLauncher(t, Options{StartupTimeout: 20 * time.Second})
+	t0 := time.Now()
+	inst, err := l.Start(context.Background(), req("-exit-once", flagFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Stop(context.Background())
+	if took := time.Since(t0); took > 5*time.Second {
+		t.Fatalf("retry took %v: the exit was not noticed at once", took)
+	}
+	if _, err := os.Stat(flagFile); !os.IsNotExist(err) {
+		t.Fatal("the first driver did not run")
+	}
+}
+
+func TestDriverThatAlwaysExits(t *testing.T) {
+	l := newLauncher(t, Options{PortAttempts: 2})
+	_, err := l.Start(context.Background(), req("-no-such-flag"))
+	var se *launcher.StartError
+	if !errors.As(err, &se) || se.Phase != launcher.PhaseStartup || !strings.Contains(se.Msg, "exited during start-up") || !strings.Contains(se.Msg, "no-such-flag") {
+		t.Fatalf("err = %v", err)
+	}
+	if len(l.ports) != 0 {
+		t.Fatalf("ports leaked: %v", l.ports)
+	}
+}
+
+func TestMissingCommand(t *testing.T) {
+	l := newLauncher(t, Options{})
+	r := req()
+	r.Browser.Image.Command = []string{"/nonexistent/chromedriver"}
+	_, err := l.Start(context.Background(), r)
+	var se *launcher.StartError
+	if !errors.As(err, &se) || se.Phase != launcher.PhaseStart || !strings.Contains(err.Error(), "/nonexistent/chromedriver") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestStartupTimeout(t *testing.T) {
+	l := newLauncher(t, Options{StartupTimeout: 300 * time.Millisecond})
+	_, err := l.Start(context.Background(), req("-listen-delay", "1h"))
+	if err == nil || !strings.Contains(err.Error(), "within -service-startup-timeout 300ms") {
+		t.Fatalf("err = %v", err)
+	}
+	if pids := markedPIDs(func(v string) bool { return strings.HasPrefix(v, l.markerPrefix()) }); len(pids) != 0 {
+		t.Fatalf("processes left after a timed-out start: %v", pids)
+	}
+}
+
+func TestClientGoneDuringStart(t *testing.T) {
+	l := newLauncher(t, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	_, err := l.Start(ctx, req("-listen-delay", "1h"))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v", err)
+	}
+	if pids := markedPIDs(func(v string) bool { return strings.HasPrefix(v, l.markerPrefix()) }); len(pids) != 0 {
+		t.Fatalf("processes left: %v", pids)
+	}
+}
+
+// A driver that ignores SIGINT is killed after the stop timeout, and a helper that
+// left the process group (setsid, as Chromium's crash handler does) goes with it.
+func TestStopKillsStubbornDriverAndOrphans(t *testing.T) {
+	l := newLauncher(t, Options{StopTimeout: 300 * time.Millisecond})
+	inst, err := l.Start(context.Background(), req("-ignore-sigint", "-spawn-orphan"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := func(v string) bool { return strings.HasPrefix(v, l.markerPrefix()) }
+	if pids := markedPIDs(mine); len(pids) != 2 {
+		t.Fatalf("want the driver and its orphan helper, got %v", pids)
+	}
+	t0 := time.Now()
+	inst.Stop(context.Background())
+	if took := time.Since(t0); took < 300*time.Millisecond {
+		t.Fatalf("stopped in %v: SIGINT was not ignored?", took)
+	}
+	if pids := markedPIDs(mine); len(pids) != 0 {
+		t.Fatalf("left behind: %v", pids)
+	}
+}
+
+// A driver that dies mid-session is reported through Exited.
+func TestExitedReportsCrash(t *testing.T) {
+	l := newLauncher(t, Options{})
+	inst, err := l.Start(context.Background(), req())
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(pidOf(t, inst), syscall.SIGKILL)
+	select {
+	case <-inst.Exited():
+	case <-time.After(10 * time.Second):
+		t.Fatal("crash not reported")
+	}
+	if !strings.Contains(inst.ExitReason(), "killed") {
+		t.Errorf("reason %q", inst.ExitReason())
+	}
+	inst.Stop(context.Background())
+}
+
+// The start-up sweep removes what an earlier run of the same instance left, and
+// nothing of another instance's.
+func TestSweep(t *testing.T) {
+	old := newLauncher(t, Options{Instance: "sweep-a"})
+	other := newLauncher(t, Options{Instance: "sweep-b"})
+	a, err := old.Start(context.Background(), req())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := other.Start(context.Background(), req())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop(context.Background())
+	if n := newLauncher(t, Options{Instance: "sweep-a"}).Sweep(); n != 1 {
+		t.Fatalf("swept %d, want 1", n)
+	}
+	select {
+	case <-a.Exited():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the old instance's driver survived the sweep")
+	}
+	if !alive(pidOf(t, b)) {
+		t.Fatal("the other instance's driver was swept")
+	}
+	a.Stop(context.Background())
+}
+
+func TestDriverLogsToDir(t *testing.T) {
+	dir := t.TempDir()
+	l := newLauncher(t, Options{LogDir: dir})
+	inst, err := l.Start(context.Background(), req())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.(*instance).SetSessionID("abc")
+	inst.Stop(context.Background())
+	data, err := os.ReadFile(filepath.Join(dir, "abc.log"))
+	if err != nil || !strings.Contains(string(data), "wdstub: listening on") {
+		t.Fatalf("log %q, %v", data, err)
+	}
+}

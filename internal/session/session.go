@@ -1,0 +1,272 @@
+// Package session keeps the live sessions: who holds which browser and slot, the
+// idle and lifetime timers, and the one path by which a session ends, exactly once
+// whatever ends it.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/logtag"
+)
+
+// Reasons a session ends; the values of the ended_total metric's reason label.
+const (
+	ReasonDeleted    = "deleted"     // the client sent DELETE /session/{id}
+	ReasonIdle       = "timeout"     // no command for the idle timeout
+	ReasonLifetime   = "lifetime"    // -max-session-lifetime reached
+	ReasonCrashed    = "crashed"     // the browser or driver exited by itself
+	ReasonClientGone = "client_gone" // created after its client had left
+	ReasonShutdown   = "shutdown"    // the hub is stopping
+)
+
+var reasons = []string{ReasonDeleted, ReasonIdle, ReasonLifetime, ReasonCrashed, ReasonClientGone, ReasonShutdown}
+
+var eventOf = map[string]string{
+	ReasonDeleted:    "SESSION_DELETED",
+	ReasonIdle:       "SESSION_TIMED_OUT",
+	ReasonLifetime:   "SESSION_LIFETIME_EXCEEDED",
+	ReasonCrashed:    "BROWSER_EXITED",
+	ReasonClientGone: "CLIENT_DISCONNECTED",
+	ReasonShutdown:   "SESSION_SHUTDOWN",
+}
+
+// Releaser gives back what a session holds besides its browser: its queue slot.
+type Releaser interface{ Release() }
+
+// Session is one live session.
+type Session struct {
+	ID       string
+	Browser  string
+	Version  string
+	Name     string
+	Caps     map[string]any
+	Started  time.Time
+	Instance launcher.Instance
+	// Idle is this session's idle timeout (-timeout, or its sessionTimeout).
+	Idle time.Duration
+
+	slot     Releaser
+	base     *url.URL
+	inflight int
+	idle     *time.Timer
+	life     *time.Timer
+	ended    chan struct{}
+	once     sync.Once
+}
+
+// URL is the driver's base URL.
+func (s *Session) URL() *url.URL { return s.base }
+
+// Options configure a Registry.
+type Options struct {
+	// StopTimeout bounds how long stopping a browser may take (-session-delete-timeout).
+	StopTimeout time.Duration
+	// MaxLifetime ends any session this long after it started, busy or not; 0 = never.
+	MaxLifetime time.Duration
+	// Remember is how many ended sessions are remembered, so that a late command
+	// learns why its session ended; 0 means 1000.
+	Remember int
+}
+
+// Registry holds the live sessions.
+type Registry struct {
+	opts  Options
+	log   *slog.Logger
+	ended *prometheus.CounterVec
+
+	mu       sync.Mutex
+	sessions map[string]*Session
+	recent   map[string]string // id → why it ended
+	order    []string          // ids in recent, oldest first
+	wg       sync.WaitGroup    // Ends in progress
+}
+
+// New returns an empty registry with its metrics registered on reg (if not nil).
+func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Registry, error) {
+	if opts.Remember <= 0 {
+		opts.Remember = 1000
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Registry{opts: opts, log: logger, sessions: map[string]*Session{}, recent: map[string]string{}}
+	r.ended = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "websummoner_sessions_ended_total",
+		Help: "Sessions ended, by reason: deleted, timeout (idle), lifetime, crashed, client_gone, shutdown.",
+	}, []string{"reason"})
+	for _, rs := range reasons {
+		r.ended.WithLabelValues(rs)
+	}
+	active := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "websummoner_sessions_active",
+		Help: "Sessions running now.",
+	}, func() float64 { return float64(r.Len()) })
+	if reg != nil {
+		for _, c := range []prometheus.Collector{r.ended, active} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return r, nil
+}
+
+// ErrDuplicate is returned by Add for a session id already live.
+var ErrDuplicate = errors.New("session id already in use")
+
+// Add registers a started session; from now on the registry owns its instance and
+// slot and will release both exactly once. On error the caller still owns them.
+func (r *Registry) Add(s *Session, slot Releaser) error {
+	s.slot = slot
+	s.base = s.Instance.URL()
+	s.ended = make(chan struct{})
+	r.mu.Lock()
+	if _, dup := r.sessions[s.ID]; dup {
+		r.mu.Unlock()
+		return fmt.Errorf("%w: %s", ErrDuplicate, s.ID)
+	}
+	r.sessions[s.ID] = s
+	if s.Idle > 0 {
+		s.idle = time.AfterFunc(s.Idle, func() { r.End(s.ID, ReasonIdle) })
+	}
+	if r.opts.MaxLifetime > 0 {
+		s.life = time.AfterFunc(r.opts.MaxLifetime, func() { r.End(s.ID, ReasonLifetime) })
+	}
+	r.mu.Unlock()
+	go func() {
+		select {
+		case <-s.Instance.Exited():
+			r.End(s.ID, ReasonCrashed)
+		case <-s.ended:
+		}
+	}()
+	return nil
+}
+
+// Begin looks a session up for a command and holds its idle timer until Done.
+func (r *Registry) Begin(id string) (*Session, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.sessions[id]
+	if !ok {
+		return nil, false
+	}
+	s.inflight++
+	if s.idle != nil {
+		s.idle.Stop()
+	}
+	return s, true
+}
+
+// Done marks a command finished; the idle timeout starts again after the last one.
+func (r *Registry) Done(s *Session) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s.inflight--
+	if s.inflight == 0 && s.idle != nil && r.sessions[s.ID] == s {
+		s.idle.Reset(s.Idle)
+	}
+}
+
+// End ends a live session for reason: it stops the browser, releases the slot,
+// counts and logs, once. It returns false if the session was not live.
+func (r *Registry) End(id, reason string) bool {
+	r.mu.Lock()
+	s, ok := r.sessions[id]
+	if !ok {
+		r.mu.Unlock()
+		return false
+	}
+	delete(r.sessions, id)
+	r.rememberLocked(id, reason, s)
+	r.wg.Add(1)
+	r.mu.Unlock()
+	defer r.wg.Done()
+	s.once.Do(func() {
+		close(s.ended)
+		if s.idle != nil {
+			s.idle.Stop()
+		}
+		if s.life != nil {
+			s.life.Stop()
+		}
+		details := []any{s.Browser + " " + s.Version, s.Instance.Describe(), "after " + time.Since(s.Started).Round(time.Millisecond).String()}
+		if reason == ReasonCrashed {
+			details = append(details, s.Instance.ExitReason())
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.opts.StopTimeout+time.Second)
+		if err := s.Instance.Stop(ctx); err != nil {
+			details = append(details, "stop: "+err.Error())
+		}
+		cancel()
+		s.slot.Release()
+		r.ended.WithLabelValues(reason).Inc()
+		logtag.Event(r.log, slog.LevelInfo, id, eventOf[reason], details...)
+	})
+	return true
+}
+
+func (r *Registry) rememberLocked(id, reason string, s *Session) {
+	why := map[string]string{
+		ReasonDeleted:    "it was deleted",
+		ReasonIdle:       fmt.Sprintf("no command came for %v (the idle timeout: -timeout or sessionTimeout)", s.Idle),
+		ReasonLifetime:   fmt.Sprintf("it reached the maximum session lifetime of %v (-max-session-lifetime)", r.opts.MaxLifetime),
+		ReasonCrashed:    "the browser exited (" + s.Instance.ExitReason() + ")",
+		ReasonClientGone: "its client disconnected before the session was created",
+		ReasonShutdown:   "the hub is shutting down",
+	}[reason]
+	r.recent[id] = why
+	r.order = append(r.order, id)
+	if len(r.order) > r.opts.Remember {
+		delete(r.recent, r.order[0])
+		r.order = r.order[1:]
+	}
+}
+
+// Ended says why a recently ended session ended.
+func (r *Registry) Ended(id string) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	why, ok := r.recent[id]
+	return why, ok
+}
+
+// List returns the live sessions, oldest first.
+func (r *Registry) List() []*Session {
+	r.mu.Lock()
+	out := make([]*Session, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		out = append(out, s)
+	}
+	r.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
+	return out
+}
+
+// Len is the number of live sessions.
+func (r *Registry) Len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.sessions)
+}
+
+// EndAll ends every live session for reason, in parallel, and waits for every End
+// in progress to finish.
+func (r *Registry) EndAll(reason string) {
+	var wg sync.WaitGroup
+	for _, s := range r.List() {
+		wg.Go(func() { r.End(s.ID, reason) })
+	}
+	wg.Wait()
+	r.wg.Wait()
+}
