@@ -137,6 +137,7 @@ func (h *Hub) routes() *mux.Router {
 			sr = r
 		}
 		sr.HandleFunc("/session", h.createSession).Methods(http.MethodPost)
+		sr.HandleFunc("/session", methodNotAllowed)
 		sr.HandleFunc("/session/{id}", h.deleteSession).Methods(http.MethodDelete)
 		sr.HandleFunc("/session/{id}", h.proxyCommand)
 		sr.PathPrefix("/session/{id}/").HandlerFunc(h.proxyCommand)
@@ -153,11 +154,13 @@ func (h *Hub) routes() *mux.Router {
 		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnknownCommand,
 			fmt.Sprintf("%s %s is not a WebDriver endpoint of this hub", r.Method, r.URL.Path))
 	})
-	r.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		webdriver.WriteError(w, http.StatusMethodNotAllowed, webdriver.ErrUnknownMethod,
-			fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path))
-	})
+	r.MethodNotAllowedHandler = http.HandlerFunc(methodNotAllowed)
 	return r
+}
+
+func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	webdriver.WriteError(w, http.StatusMethodNotAllowed, webdriver.ErrUnknownMethod,
+		fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path))
 }
 
 // Drain stops admitting new sessions and waits, until ctx ends, for the live ones

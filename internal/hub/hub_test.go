@@ -1,0 +1,479 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/websummoner/websummoner/internal/config"
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/queue"
+	"github.com/websummoner/websummoner/internal/session"
+	"github.com/websummoner/websummoner/internal/wdstub"
+	"github.com/websummoner/websummoner/internal/webdriver"
+)
+
+// stubLauncher starts an in-process stub WebDriver (a real HTTP server on
+// loopback) per session. It is a fake launcher so that tests can inject what a
+// real one cannot produce on demand: engine errors, hangs, crashes.
+type stubLauncher struct {
+	stub       wdstub.Options
+	failStarts atomic.Int32  // this many starts fail with an engine error
+	block      chan struct{} // if set, Start waits for it (or ctx)
+	entered    chan struct{} // if set, Start signals here first
+	mu         sync.Mutex
+	live       map[*stubInstance]bool
+	bodies     chan []byte // new-session bodies the drivers received, if set
+	starts     atomic.Int32
+}
+
+type stubInstance struct {
+	l      *stubLauncher
+	srv    *httptest.Server
+	stub   *wdstub.Server
+	exited chan struct{}
+	once   sync.Once
+}
+
+func (l *stubLauncher) Start(ctx context.Context, r launcher.Request) (launcher.Instance, error) {
+	l.starts.Add(1)
+	if l.entered != nil {
+		l.entered <- struct{}{}
+	}
+	if l.block != nil {
+		select {
+		case <-l.block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if l.failStarts.Add(-1) >= 0 {
+		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: r.Browser.Name, Msg: "engine said no"}
+	}
+	inst := &stubInstance{l: l, stub: wdstub.New(l.stub), exited: make(chan struct{})}
+	var h http.Handler = inst.stub
+	if l.bodies != nil {
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/session") {
+				b, _ := io.ReadAll(r.Body)
+				l.bodies <- b
+				r.Body = io.NopCloser(bytes.NewReader(b))
+			}
+			inst.stub.ServeHTTP(w, r)
+		})
+	}
+	inst.srv = httptest.NewServer(h)
+	l.mu.Lock()
+	if l.live == nil {
+		l.live = map[*stubInstance]bool{}
+	}
+	l.live[inst] = true
+	l.mu.Unlock()
+	return inst, nil
+}
+
+func (l *stubLauncher) liveCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.live)
+}
+
+func (i *stubInstance) URL() *url.URL           { u, _ := url.Parse(i.srv.URL + "/"); return u }
+func (i *stubInstance) Exited() <-chan struct{} { return i.exited }
+func (i *stubInstance) ExitReason() string      { return "driver process ended: signal: killed" }
+func (i *stubInstance) Describe() string        { return "stub " + i.srv.URL }
+func (i *stubInstance) crash() {
+	i.once.Do(func() { i.srv.CloseClientConnections(); i.srv.Close(); close(i.exited) })
+}
+func (i *stubInstance) Stop(context.Context) error {
+	i.once.Do(func() { i.srv.Close() })
+	i.l.mu.Lock()
+	delete(i.l.live, i)
+	i.l.mu.Unlock()
+	return nil
+}
+
+// events is a slog handler that passes every log line to the test, so the test can
+// wait for what the hub did (a session ended, a drain began) instead of polling.
+type events chan string
+
+func (e events) Enabled(context.Context, slog.Level) bool { return true }
+func (e events) WithAttrs([]slog.Attr) slog.Handler       { return e }
+func (e events) WithGroup(string) slog.Handler            { return e }
+func (e events) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case e <- r.Message:
+	default:
+	}
+	return nil
+}
+
+// wait returns the first line (from now on) containing tag.
+func (e events) wait(t *testing.T, tag string) string {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case m := <-e:
+			if strings.Contains(m, tag) {
+				return m
+			}
+		case <-timeout:
+			t.Fatalf("no %s logged within 10s", tag)
+		}
+	}
+}
+
+type fixture struct {
+	ev   events
+	t    *testing.T
+	hub  *Hub
+	srv  *httptest.Server
+	l    *stubLauncher
+	q    *queue.Queue
+	reg  *prometheus.Registry
+	sess *session.Registry
+}
+
+const testBrowsers = `{"chrome": {"default": "128.0", "versions": {
+  "128.0": {"image": ["chromedriver"], "caps": {"goog:chromeOptions": {"args": ["--headless"]}}},
+  "127.0": {"image": ["chromedriver"]}}},
+  "firefox": {"default": "1", "versions": {"1": {"image": "selenoid/firefox"}}}}`
+
+func newFixture(t *testing.T, qopts queue.Options, hopts Options, l *stubLauncher) *fixture {
+	t.Helper()
+	f := &fixture{t: t, l: l, reg: prometheus.NewRegistry(), ev: make(events, 1000)}
+	log := slog.New(f.ev)
+	bs, err := config.Parse([]byte(testBrowsers), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.q, err = queue.New(qopts, nil, f.reg); err != nil {
+		t.Fatal(err)
+	}
+	if f.sess, err = session.New(session.Options{StopTimeout: time.Second}, log, f.reg); err != nil {
+		t.Fatal(err)
+	}
+	if hopts.SessionAttemptTimeout == 0 {
+		hopts.SessionAttemptTimeout = 5 * time.Second
+	}
+	if hopts.SessionDeleteTimeout == 0 {
+		hopts.SessionDeleteTimeout = 5 * time.Second
+	}
+	if f.hub, err = New(hopts, f.q, config.NewStore(bs), Launchers{Process: l}, f.sess, log, f.reg); err != nil {
+		t.Fatal(err)
+	}
+	f.srv = httptest.NewServer(f.hub)
+	t.Cleanup(func() {
+		f.sess.EndAll(session.ReasonShutdown)
+		f.srv.Close()
+		if n := l.liveCount(); n != 0 {
+			t.Errorf("%d stub drivers left running", n)
+		}
+		if st := f.q.Stats(); st.InUse != 0 || st.Waiting != 0 {
+			t.Errorf("queue not empty at the end: %+v", st)
+		}
+	})
+	return f
+}
+
+func (f *fixture) do(method, path, body string, hdr ...string) (*http.Response, map[string]any) {
+	f.t.Helper()
+	req, _ := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	data, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(data, &out); err != nil {
+		f.t.Fatalf("%s %s: %d non-JSON body %q", method, path, resp.StatusCode, data)
+	}
+	return resp, out
+}
+
+func errOf(body map[string]any) (string, string) {
+	v, _ := body["value"].(map[string]any)
+	e, _ := v["error"].(string)
+	m, _ := v["message"].(string)
+	return e, m
+}
+
+const w3cChrome = `{"capabilities":{"alwaysMatch":{"browserName":"chrome"}}}`
+
+func TestCreateW3CAndJSONWireShapes(t *testing.T) {
+	f := newFixture(t, queue.Options{Limit: 2}, Options{}, &stubLauncher{})
+	for _, prefix := range []string{"/wd/hub", ""} {
+		resp, body := f.do("POST", prefix+"/session", w3cChrome)
+		if resp.StatusCode != 200 || resp.Header.Get("Location") != "" {
+			t.Fatalf("W3C create: %d, Location %q", resp.StatusCode, resp.Header.Get("Location"))
+		}
+		if _, top := body["sessionId"]; top {
+			t.Fatal("W3C answer has a top-level sessionId")
+		}
+		id := body["value"].(map[string]any)["sessionId"].(string)
+		if id == "" {
+			t.Fatal("no value.sessionId")
+		}
+		if resp, _ := f.do("DELETE", prefix+"/session/"+id, ""); resp.StatusCode != 200 {
+			t.Fatalf("delete: %d", resp.StatusCode)
+		}
+	}
+	resp, body := f.do("POST", "/wd/hub/session", `{"desiredCapabilities":{"browserName":"chrome","version":"127"}}`)
+	if resp.StatusCode != 200 || body["status"] != 0.0 || body["sessionId"] == "" {
+		t.Fatalf("JSONWire create: %d %v", resp.StatusCode, body)
+	}
+	f.do("DELETE", "/wd/hub/session/"+body["sessionId"].(string), "")
+	if st := f.q.Stats(); st.InUse != 0 {
+		t.Fatalf("slots held after delete: %+v", st)
+	}
+	if got := testutil.ToFloat64(f.hub.m.created); got != 3 {
+		t.Fatalf("created_total = %v", got)
+	}
+}
+
+func TestProxyForwardsPathQueryAndBody(t *testing.T) {
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	_, body := f.do("POST", "/wd/hub/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	resp, body := f.do("POST", "/wd/hub/session/"+id+"/echo?x=1%2F2", `{"k":"v"}`)
+	v := body["value"].(map[string]any)
+	if resp.StatusCode != 200 || v["path"] != "/session/"+id+"/echo" || v["query"] != "x=1%2F2" || v["body"] != `{"k":"v"}` {
+		t.Fatalf("%d %v", resp.StatusCode, v)
+	}
+	f.do("POST", "/session/"+id+"/url", `{"url":"http://127.0.0.1/x"}`)
+	if _, body := f.do("GET", "/session/"+id+"/url", ""); body["value"] != "http://127.0.0.1/x" {
+		t.Fatalf("url %v", body)
+	}
+	f.do("DELETE", "/session/"+id, "")
+}
+
+func TestErrors(t *testing.T) {
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	cases := []struct {
+		method, path, body string
+		status             int
+		code, msg          string
+	}{
+		{"POST", "/wd/hub/session", `{"capabilities":`, 400, "invalid argument", "not a JSON object"},
+		{"POST", "/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"opera"}}}`, 500, "session not created", "configured: chrome (127.0, 128.0); firefox (1)"},
+		{"POST", "/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","browserVersion":"99"}}}`, 500, "session not created", "configured versions: 127.0, 128.0"},
+		{"POST", "/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"firefox"}}}`, 500, "session not created", "-disable-docker"},
+		{"POST", "/wd/hub/session", `{"capabilities":{"alwaysMatch":{}}}`, 500, "session not created", "no browserName"},
+		{"GET", "/wd/hub/session/nope/url", "", 404, "invalid session id", "session nope is not known"},
+		{"DELETE", "/session/nope", "", 404, "invalid session id", "nope"},
+		{"GET", "/wd/hub/nothing", "", 404, "unknown command", "not a WebDriver endpoint"},
+		{"PUT", "/wd/hub/session", "", 405, "unknown method", "PUT"},
+	}
+	for _, c := range cases {
+		resp, body := f.do(c.method, c.path, c.body)
+		code, msg := errOf(body)
+		if resp.StatusCode != c.status || code != c.code || !strings.Contains(msg, c.msg) {
+			t.Errorf("%s %s: %d %q %q; want %d %q containing %q", c.method, c.path, resp.StatusCode, code, msg, c.status, c.code, c.msg)
+		}
+	}
+	big := `{"capabilities":{"alwaysMatch":{"browserName":"chrome","x":"` + strings.Repeat("a", MaxNewSessionBody) + `"}}}`
+	resp, body := f.do("POST", "/wd/hub/session", big)
+	if code, msg := errOf(body); resp.StatusCode != 413 || code != "invalid argument" || !strings.Contains(msg, "32 MiB") {
+		t.Errorf("oversized body: %d %q %q", resp.StatusCode, code, msg)
+	}
+	if f.l.starts.Load() != 0 {
+		t.Fatal("a bad request started a browser")
+	}
+}
+
+func TestDriverBodyIsCleaned(t *testing.T) {
+	l := &stubLauncher{bodies: make(chan []byte, 1)}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	_, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","browserVersion":"128","selenoid:options":{"name":"n"},"websummoner:options":{"name":"m"}}}}`)
+	got := string(<-l.bodies)
+	for _, bad := range []string{"selenoid:options", "websummoner:options", "browserVersion"} {
+		if strings.Contains(got, bad) {
+			t.Errorf("driver received %s: %s", bad, got)
+		}
+	}
+	if !strings.Contains(got, "--headless") {
+		t.Errorf("browsers.json caps not merged: %s", got)
+	}
+	f.do("DELETE", "/session/"+body["value"].(map[string]any)["sessionId"].(string), "")
+}
+
+func TestRetryCountAndStartFailures(t *testing.T) {
+	l := &stubLauncher{}
+	l.failStarts.Store(1)
+	f := newFixture(t, queue.Options{Limit: 1}, Options{RetryCount: 2}, l)
+	resp, body := f.do("POST", "/session", w3cChrome)
+	if resp.StatusCode != 200 {
+		t.Fatalf("second attempt should succeed: %d %v", resp.StatusCode, body)
+	}
+	if got := testutil.ToFloat64(f.hub.m.startFailures.WithLabelValues("chrome", "start")); got != 1 {
+		t.Fatalf("start_failures = %v", got)
+	}
+	f.do("DELETE", "/session/"+body["value"].(map[string]any)["sessionId"].(string), "")
+
+	l.failStarts.Store(5)
+	resp, body = f.do("POST", "/session", w3cChrome)
+	if code, msg := errOf(body); resp.StatusCode != 500 || code != "session not created" || !strings.Contains(msg, "engine said no") {
+		t.Fatalf("%d %q %q", resp.StatusCode, code, msg)
+	}
+	l.failStarts.Store(0)
+}
+
+// The driver refusing the capabilities is the client's problem: passed through,
+// not retried, not counted as a start failure.
+func TestDriverRefusalPassedThrough(t *testing.T) {
+	l := &stubLauncher{}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{RetryCount: 3}, l)
+	resp, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","wdstub:reject":true}}}`)
+	if code, msg := errOf(body); resp.StatusCode != 400 || code != "invalid argument" || !strings.Contains(msg, "refused the new session") {
+		t.Fatalf("%d %q %q", resp.StatusCode, code, msg)
+	}
+	if l.starts.Load() != 1 {
+		t.Fatalf("%d starts for a refused capability", l.starts.Load())
+	}
+	if got := testutil.ToFloat64(f.hub.m.startFailures.WithLabelValues("chrome", "new-session")); got != 0 {
+		t.Fatalf("counted as a start failure: %v", got)
+	}
+}
+
+// A client that leaves while its browser starts: the start is cancelled, nothing
+// is answered, the slot goes back.
+func TestClientGoneDuringStart(t *testing.T) {
+	l := &stubLauncher{block: make(chan struct{}), entered: make(chan struct{}, 1)}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", f.srv.URL+"/session", strings.NewReader(w3cChrome))
+	errc := make(chan error)
+	go func() { _, err := http.DefaultClient.Do(req); errc <- err }()
+	<-l.entered // the client is real: wait until its start is under way
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("client err %v", err)
+	}
+	f.ev.wait(t, "[CLIENT_DISCONNECTED]")
+	if f.hub.pending.Load() != 0 {
+		t.Fatal("start still pending")
+	}
+	if st := f.q.Stats(); st.InUse != 0 {
+		t.Fatalf("slot leaked: %+v", st)
+	}
+	close(l.block)
+}
+
+func TestCrashedBrowserGivesInvalidSessionID(t *testing.T) {
+	l := &stubLauncher{}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	l.mu.Lock()
+	var inst *stubInstance
+	for i := range l.live {
+		inst = i
+	}
+	l.mu.Unlock()
+	inst.crash()
+	f.ev.wait(t, "[BROWSER_EXITED]")
+	resp, body := f.do("GET", "/session/"+id+"/url", "")
+	if code, msg := errOf(body); resp.StatusCode != 404 || code != "invalid session id" || !strings.Contains(msg, "browser exited") {
+		t.Fatalf("%d %q %q", resp.StatusCode, code, msg)
+	}
+	if st := f.q.Stats(); st.InUse != 0 {
+		t.Fatalf("slot held by a crashed session: %+v", st)
+	}
+}
+
+func TestStatusEndpoints(t *testing.T) {
+	f := newFixture(t, queue.Options{Limit: 2, Timeout: time.Minute}, Options{Version: "v-test"}, &stubLauncher{})
+	_, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"name":"my test"}}}}`)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+
+	_, st := f.do("GET", "/status", "")
+	if st["total"] != 2.0 || st["used"] != 1.0 || st["queued"] != 0.0 || st["pending"] != 0.0 {
+		t.Fatalf("status counts %v", st)
+	}
+	chrome := st["browsers"].(map[string]any)["chrome"].(map[string]any)
+	if _, ok := chrome["127.0"]; !ok {
+		t.Fatal("configured version missing from /status")
+	}
+	q := chrome["128.0"].(map[string]any)["unknown"].(map[string]any)
+	sess := q["sessions"].([]any)[0].(map[string]any)
+	if q["count"] != 1.0 || sess["id"] != id || sess["name"] != "my test" {
+		t.Fatalf("sessions %v", q)
+	}
+	if qs := st["queue"].(map[string]any); qs["congested"] != false || qs["timeoutSeconds"] != 60.0 {
+		t.Fatalf("queue state %v", qs)
+	}
+	_, w3c := f.do("GET", "/wd/hub/status", "")
+	if v := w3c["value"].(map[string]any); v["ready"] != true || v["message"] == "" {
+		t.Fatalf("w3c status %v", w3c)
+	}
+	_, ping := f.do("GET", "/ping", "")
+	if ping["version"] != "v-test" || ping["numRequests"].(float64) < 4 || ping["uptime"] == nil || ping["lastReloadTime"] == nil {
+		t.Fatalf("ping %v", ping)
+	}
+	if resp, _ := f.do("GET", "/healthz", ""); resp.StatusCode != 200 {
+		t.Fatal("healthz")
+	}
+	if resp, _ := f.do("GET", "/readyz", ""); resp.StatusCode != 200 {
+		t.Fatal("readyz")
+	}
+	f.do("DELETE", "/session/"+id, "")
+}
+
+// Draining: new sessions get a JSON 503 with Retry-After; live sessions run on
+// until they end or the grace runs out; then everything is stopped.
+func TestDrain(t *testing.T) {
+	l := &stubLauncher{}
+	f := newFixture(t, queue.Options{Limit: 2}, Options{}, l)
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.hub.Drain(ctx); close(done) }()
+	f.ev.wait(t, "[DRAINING]")
+	resp, body := f.do("POST", "/session", w3cChrome)
+	if code, _ := errOf(body); resp.StatusCode != 503 || code != "session not created" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("while draining: %d %v", resp.StatusCode, body)
+	}
+	if resp, _ := f.do("GET", "/readyz", ""); resp.StatusCode != 503 {
+		t.Fatal("readyz while draining")
+	}
+	if resp, _ := f.do("GET", "/session/"+id+"/url", ""); resp.StatusCode != 200 {
+		t.Fatal("a live session stopped working while draining")
+	}
+	cancel() // the grace period ends
+	<-done
+	if l.liveCount() != 0 || f.sess.Len() != 0 {
+		t.Fatal("sessions left after drain")
+	}
+}
+
+func TestNoWaitThroughHub(t *testing.T) {
+	f := newFixture(t, queue.Options{Limit: 1, Timeout: time.Minute}, Options{}, &stubLauncher{})
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	resp, body := f.do("POST", "/session", w3cChrome, "X-Selenoid-No-Wait", "")
+	if code, _ := errOf(body); resp.StatusCode != 429 || code != "session not created" || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("%d %v %v", resp.StatusCode, resp.Header, body)
+	}
+	f.do("DELETE", "/session/"+id, "")
+	_ = webdriver.ErrSessionNotCreated
+}

@@ -1,0 +1,165 @@
+package session
+
+import (
+	"context"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// fakeInstance counts Stops and can be made to "crash"; no browser is involved
+// because these tests are about the registry's timers and exactly-once release.
+type fakeInstance struct {
+	stops  atomic.Int32
+	exited chan struct{}
+	once   sync.Once
+}
+
+func newFake() *fakeInstance { return &fakeInstance{exited: make(chan struct{})} }
+
+func (f *fakeInstance) URL() *url.URL              { return &url.URL{Scheme: "http", Host: "127.0.0.1:1"} }
+func (f *fakeInstance) Exited() <-chan struct{}    { return f.exited }
+func (f *fakeInstance) ExitReason() string         { return "driver process ended: signal: killed" }
+func (f *fakeInstance) Describe() string           { return "fake" }
+func (f *fakeInstance) Stop(context.Context) error { f.stops.Add(1); return nil }
+func (f *fakeInstance) crash()                     { f.once.Do(func() { close(f.exited) }) }
+
+type countingSlot struct{ n atomic.Int32 }
+
+func (c *countingSlot) Release() { c.n.Add(1) }
+
+func setup(t *testing.T, opts Options) (*Registry, *prometheus.Registry) {
+	reg := prometheus.NewRegistry()
+	r, err := New(opts, nil, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, reg
+}
+
+func add(t *testing.T, r *Registry, id string, idle time.Duration) (*fakeInstance, *countingSlot) {
+	inst, slot := newFake(), &countingSlot{}
+	if err := r.Add(&Session{ID: id, Instance: inst, Idle: idle, Started: time.Now()}, slot); err != nil {
+		t.Fatal(err)
+	}
+	return inst, slot
+}
+
+func TestIdleTimeoutAndCommandsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, _ := setup(t, Options{StopTimeout: time.Second})
+		inst, slot := add(t, r, "a", time.Minute)
+		time.Sleep(59 * time.Second)
+		s, ok := r.Begin("a") // a command: the idle clock stops while it runs
+		if !ok {
+			t.Fatal("session gone early")
+		}
+		time.Sleep(5 * time.Minute) // a long command
+		synctest.Wait()
+		if r.Len() != 1 {
+			t.Fatal("ended during a command")
+		}
+		r.Done(s)
+		time.Sleep(59 * time.Second)
+		synctest.Wait()
+		if r.Len() != 1 {
+			t.Fatal("idle timer did not restart from the command's end")
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if r.Len() != 0 || inst.stops.Load() != 1 || slot.n.Load() != 1 {
+			t.Fatalf("after idle: len %d stops %d releases %d", r.Len(), inst.stops.Load(), slot.n.Load())
+		}
+		if why, ok := r.Ended("a"); !ok || why == "" {
+			t.Fatal("ended session not remembered")
+		}
+	})
+}
+
+func TestLifetime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, reg := setup(t, Options{StopTimeout: time.Second, MaxLifetime: time.Hour})
+		_, slot := add(t, r, "a", time.Minute)
+		for range 70 { // busy: a command every minute keeps idle away
+			time.Sleep(59 * time.Second)
+			s, ok := r.Begin("a")
+			if !ok {
+				break
+			}
+			r.Done(s)
+		}
+		if r.Len() != 0 || slot.n.Load() != 1 {
+			t.Fatal("lifetime not enforced")
+		}
+		if got := testutil.ToFloat64(r.ended.WithLabelValues(ReasonLifetime)); got != 1 {
+			t.Fatalf("ended{lifetime} = %v", got)
+		}
+		_ = reg
+	})
+}
+
+func TestCrashEndsSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, _ := setup(t, Options{StopTimeout: time.Second})
+		inst, slot := add(t, r, "a", 0)
+		inst.crash()
+		synctest.Wait()
+		if r.Len() != 0 || slot.n.Load() != 1 || inst.stops.Load() != 1 {
+			t.Fatal("crash did not end the session")
+		}
+		if why, _ := r.Ended("a"); why != "the browser exited (driver process ended: signal: killed)" {
+			t.Fatalf("why = %q", why)
+		}
+	})
+}
+
+// Every way to end a session racing at once: one Stop, one Release, one count.
+func TestEndExactlyOnce(t *testing.T) {
+	for range 100 {
+		r, _ := setup(t, Options{StopTimeout: time.Second})
+		inst, slot := add(t, r, "a", time.Microsecond)
+		var wg sync.WaitGroup
+		for _, reason := range []string{ReasonDeleted, ReasonShutdown, ReasonClientGone} {
+			wg.Go(func() { r.End("a", reason) })
+		}
+		wg.Go(inst.crash)
+		wg.Wait()
+		r.EndAll(ReasonShutdown)
+		if inst.stops.Load() != 1 || slot.n.Load() != 1 {
+			t.Fatalf("stops %d releases %d", inst.stops.Load(), slot.n.Load())
+		}
+		var total float64
+		for _, rs := range reasons {
+			total += testutil.ToFloat64(r.ended.WithLabelValues(rs))
+		}
+		if total != 1 {
+			t.Fatalf("ended counted %v times", total)
+		}
+	}
+}
+
+func TestDuplicateAndRemember(t *testing.T) {
+	r, _ := setup(t, Options{StopTimeout: time.Second, Remember: 2})
+	add(t, r, "a", 0)
+	if err := r.Add(&Session{ID: "a", Instance: newFake()}, &countingSlot{}); err == nil {
+		t.Fatal("duplicate id accepted")
+	}
+	for _, id := range []string{"b", "c"} {
+		add(t, r, id, 0)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		r.End(id, ReasonDeleted)
+	}
+	if _, ok := r.Ended("a"); ok {
+		t.Fatal("remembered more than Remember")
+	}
+	if _, ok := r.Ended("c"); !ok {
+		t.Fatal("forgot the newest")
+	}
+}

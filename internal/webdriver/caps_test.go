@@ -1,0 +1,122 @@
+package webdriver
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseW3C(t *testing.T) {
+	n, err := ParseNewSession([]byte(`{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"name":"t1","sessionTimeout":"2m","env":["A=1"],"labels":{"team":"qa"},"screenResolution":"1280x1024x24","timeZone":"Europe/Paris"}},
+		"firstMatch":[{"browserVersion":"127"},{"browserVersion":"128"}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := n.Candidates()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !n.W3C || len(cs) != 2 || cs[0].Version != "127" || cs[1].Version != "128" || cs[1].Browser != "chrome" {
+		t.Fatalf("%+v", cs)
+	}
+	o := cs[0].Options
+	if o.Name != "t1" || o.SessionTimeout != 2*time.Minute || o.Env[0] != "A=1" || o.Labels["team"] != "qa" || o.TimeZone != "Europe/Paris" || o.ScreenResolution != "1280x1024x24" {
+		t.Fatalf("options %+v", o)
+	}
+}
+
+func TestParseJSONWireAndDeviceName(t *testing.T) {
+	n, err := ParseNewSession([]byte(`{"desiredCapabilities":{"deviceName":"android","version":"9.0","name":"legacy","sessionTimeout":30}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, _ := n.Candidates()
+	if n.W3C || cs[0].Browser != "android" || cs[0].Version != "9.0" || cs[0].Options.Name != "legacy" || cs[0].Options.SessionTimeout != 30*time.Second {
+		t.Fatalf("%+v", cs[0])
+	}
+	n, _ = ParseNewSession([]byte(`{"capabilities":{"alwaysMatch":{"appium:deviceName":"pixel"}}}`))
+	cs, _ = n.Candidates()
+	if cs[0].Browser != "pixel" {
+		t.Fatalf("%+v", cs[0])
+	}
+}
+
+func TestOurOptionsWinOverSelenoids(t *testing.T) {
+	n, _ := ParseNewSession([]byte(`{"capabilities":{"alwaysMatch":{"browserName":"x","websummoner:options":{"name":"ours"},"selenoid:options":{"name":"theirs"}}}}`))
+	cs, _ := n.Candidates()
+	if cs[0].Options.Name != "ours" {
+		t.Fatal(cs[0].Options.Name)
+	}
+}
+
+func TestMalformed(t *testing.T) {
+	cases := map[string]string{
+		`not json`: "not a JSON object",
+		`[1]`:      "not a JSON object",
+		`{}`:       "neither",
+		`{"capabilities":{"firstMatch":{}}}`:                                           "array of objects",
+		`{"capabilities":{"alwaysMatch":{"a":1},"firstMatch":[{"a":2}]}}`:              `"a" is in both`,
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":"x"}}}`:                    "must be an object",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":"x"}}}}`: "positive duration",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"env":["NOVALUE"]}}}}`:    "NAME=value",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"labels":{"a":1}}}}}`:     "must be a string",
+	}
+	for body, want := range cases {
+		n, err := ParseNewSession([]byte(body))
+		if err == nil {
+			_, err = n.Candidates()
+		}
+		var ae *ArgumentError
+		if !errors.As(err, &ae) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err = %v, want an ArgumentError containing %q", body, err, want)
+		}
+	}
+}
+
+func TestDriverBodyStripsAndMerges(t *testing.T) {
+	n, _ := ParseNewSession([]byte(`{"capabilities":{"alwaysMatch":{"browserName":"chrome","browserVersion":"128","selenoid:options":{"name":"x"},
+		"goog:chromeOptions":{"args":["--window-size=800,600","--headless"]}}}}`))
+	cs, _ := n.Candidates()
+	defaults := map[string]any{"goog:chromeOptions": map[string]any{"args": []any{"--headless", "--no-sandbox"}, "binary": "/usr/bin/chromium"}}
+	var got struct {
+		Capabilities struct {
+			AlwaysMatch map[string]any `json:"alwaysMatch"`
+		} `json:"capabilities"`
+	}
+	if err := json.Unmarshal(DriverBody(cs[0], true, defaults), &got); err != nil {
+		t.Fatal(err)
+	}
+	am := got.Capabilities.AlwaysMatch
+	if _, ok := am["selenoid:options"]; ok {
+		t.Error("vendor options reached the driver")
+	}
+	if _, ok := am["browserVersion"]; ok {
+		t.Error("browserVersion reached the driver")
+	}
+	co := am["goog:chromeOptions"].(map[string]any)
+	want := []any{"--headless", "--no-sandbox", "--window-size=800,600"}
+	if !reflect.DeepEqual(co["args"], want) || co["binary"] != "/usr/bin/chromium" {
+		t.Errorf("chromeOptions %v, want args %v and the default binary", co, want)
+	}
+	// JSONWire is translated: legacy keys dropped, chromeOptions renamed.
+	n, _ = ParseNewSession([]byte(`{"desiredCapabilities":{"browserName":"chrome","version":"","platform":"ANY","javascriptEnabled":true,"chromeOptions":{"args":["--headless"]}}}`))
+	cs, _ = n.Candidates()
+	json.Unmarshal(DriverBody(cs[0], false, nil), &got)
+	am = got.Capabilities.AlwaysMatch
+	if _, ok := am["platform"]; ok || am["goog:chromeOptions"] == nil || am["browserName"] != "chrome" {
+		t.Errorf("translated JSONWire caps %v", am)
+	}
+}
+
+func TestWriteError(t *testing.T) {
+	rec := httptest.NewRecorder()
+	WriteError(rec, 404, ErrInvalidSessionID, "gone")
+	var b ErrorBody
+	if err := json.Unmarshal(rec.Body.Bytes(), &b); err != nil || rec.Code != 404 || b.Value.Error != "invalid session id" || b.Value.Message != "gone" {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+}
