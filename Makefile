@@ -1,0 +1,41 @@
+# WebSummoner. `make run` serves a real headless Chromium on :4444; `make test`
+# installs what the tests need and runs them all (CI runs exactly this).
+GO ?= go
+VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: build run deps test unit e2e bench bench-short vet clean
+
+build:
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/websummoner ./cmd/websummoner
+	$(GO) build -o bin/wdstub ./cmd/wdstub
+
+deps:
+	scripts/deps.sh
+
+run: deps
+	scripts/run-hub.sh
+
+test: deps vet
+	$(GO) test -race -count=1 -timeout 20m ./...
+	$(MAKE) bench-short
+
+unit:
+	$(GO) test -race -count=1 ./internal/... ./cmd/...
+
+e2e: deps
+	$(GO) test -count=1 -v ./e2e/
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	$(GO) vet ./...
+
+# Go benchmarks: the queue (acquire/release, 10,000 waiters).
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
+
+# A seconds-long smoke of every benchmark, so they can't rot.
+bench-short:
+	$(GO) test -run '^$$' -bench . -benchtime 10x ./internal/...
+
+clean:
+	rm -rf bin

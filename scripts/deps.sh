@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what WebSummoner's hub and tests need on a fresh Debian machine of this
+# kind: Chromium and its driver, Python Selenium (for the end-to-end tests), and
+# the Go modules. Safe to run again: it installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+/usr/bin/python3 -c 'import selenium' >/dev/null 2>&1 || need+=(python3-selenium)
+if [ "${#need[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "deps: missing Debian packages: ${need[*]}" >&2
+    echo "deps: run as root: apt-get update && apt-get install -y ${need[*]}" >&2
+    exit 1
+  fi
+  echo "deps: installing ${need[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+go mod download
