@@ -55,10 +55,10 @@ func TestOurOptionsWinOverSelenoids(t *testing.T) {
 
 func TestMalformed(t *testing.T) {
 	cases := map[string]string{
-		`not json`: "not a JSON object",
-		`[1]`:      "not a JSON object",
-		`{}`:       "neither",
-		`{"capabilities":{"firstMatch":{}}}`:                                           "array of objects",
+		`not json`:                           "not a JSON object",
+		`[1]`:                                "not a JSON object",
+		`{}`:                                 "neither",
+		`{"capabilities":{"firstMatch":{}}}`: "array of objects",
 		`{"capabilities":{"alwaysMatch":{"a":1},"firstMatch":[{"a":2}]}}`:              `"a" is in both`,
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":"x"}}}`:                    "must be an object",
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":"x"}}}}`: "positive duration",
