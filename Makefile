@@ -12,8 +12,9 @@ build:
 deps:
 	scripts/deps.sh
 
+# ARGS are passed to the hub: make run ARGS='-limit 2 -queue-timeout 5m'
 run: deps
-	scripts/run-hub.sh
+	scripts/run-hub.sh $(ARGS)
 
 test: deps vet
 	$(GO) test -race -count=1 -timeout 20m ./...

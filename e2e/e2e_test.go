@@ -81,16 +81,17 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-// startHub runs the README's first command (scripts/run-hub.sh) on a loopback port
-// and returns once the hub has logged that it listens.
+// startHub runs the README's first command (make run) on a loopback port and
+// returns once the hub has logged that it listens.
 func startHub(t *testing.T, args ...string) *hub {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	args = append([]string{"-listen", addr, "-instance", "e2e-" + strconv.Itoa(os.Getpid())}, args...)
-	cmd := exec.Command("../scripts/run-hub.sh", args...)
+	cmd := exec.Command("make", "-s", "-C", "..", "run", "ARGS="+strings.Join(args, " "))
 	pr, pw := io.Pipe()
 	h := &hub{cmd: cmd, url: "http://" + addr, logs: &lockedBuffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(pw, h.logs), io.MultiWriter(pw, h.logs)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // so cleanup reaches the hub under make
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -112,12 +113,12 @@ func startHub(t *testing.T, args ...string) *hub {
 			t.Fatalf("hub exited before listening:\n%s", h.logs)
 		}
 	case <-time.After(3 * time.Minute): // includes building the hub
-		cmd.Process.Kill()
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		t.Fatalf("hub did not start:\n%s", h.logs)
 	}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-h.done
 		}
 		if t.Failed() {
@@ -127,9 +128,29 @@ func startHub(t *testing.T, args ...string) *hub {
 	return h
 }
 
+// hubPID finds the hub under make: make runs scripts/run-hub.sh, which execs it.
+func (h *hub) hubPID(t *testing.T) int {
+	t.Helper()
+	pid := h.cmd.Process.Pid
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range strings.Fields(string(data)) {
+		child, _ := strconv.Atoi(f)
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", child)); strings.HasSuffix(exe, "/bin/websummoner") {
+			return child
+		}
+	}
+	t.Fatalf("no websummoner process under make (pid %d): children %q", pid, data)
+	return 0
+}
+
+// stop sends SIGTERM to the hub, as an operator would, and expects it (and so
+// make) to exit 0.
 func (h *hub) stop(t *testing.T) {
 	t.Helper()
-	h.cmd.Process.Signal(syscall.SIGTERM)
+	syscall.Kill(h.hubPID(t), syscall.SIGTERM)
 	select {
 	case err := <-h.done:
 		if err != nil {

@@ -477,3 +477,24 @@ func TestNoWaitThroughHub(t *testing.T) {
 	f.do("DELETE", "/session/"+id, "")
 	_ = webdriver.ErrSessionNotCreated
 }
+
+func TestSessionAttemptTimeout(t *testing.T) {
+	l := &stubLauncher{stub: wdstub.Options{NewSessionDelay: time.Hour}}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{SessionAttemptTimeout: 200 * time.Millisecond}, l)
+	resp, body := f.do("POST", "/session", w3cChrome)
+	if code, msg := errOf(body); resp.StatusCode != 500 || code != "session not created" || !strings.Contains(msg, "within -session-attempt-timeout 200ms") {
+		t.Fatalf("%d %q %q", resp.StatusCode, code, msg)
+	}
+	if got := testutil.ToFloat64(f.hub.m.startFailures.WithLabelValues("chrome", "new-session")); got != 1 {
+		t.Fatalf("start_failures{new-session} = %v", got)
+	}
+}
+
+func TestSessionTimeoutCappedByMaxTimeout(t *testing.T) {
+	h := &Hub{opts: Options{IdleTimeout: time.Minute, MaxTimeout: 10 * time.Minute}}
+	for _, c := range []struct{ asked, want time.Duration }{{0, time.Minute}, {5 * time.Minute, 5 * time.Minute}, {time.Hour, 10 * time.Minute}} {
+		if got := h.idleFor(webdriver.Options{SessionTimeout: c.asked}); got != c.want {
+			t.Errorf("sessionTimeout %v: idle %v, want %v", c.asked, got, c.want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -289,4 +290,34 @@ func TestDriverLogsToDir(t *testing.T) {
 	if err != nil || !strings.Contains(string(data), "wdstub: listening on") {
 		t.Fatalf("log %q, %v", data, err)
 	}
+}
+
+type lines chan string
+
+func (c lines) Enabled(context.Context, slog.Level) bool { return true }
+func (c lines) WithAttrs([]slog.Attr) slog.Handler       { return c }
+func (c lines) WithGroup(string) slog.Handler            { return c }
+func (c lines) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case c <- r.Message:
+	default:
+	}
+	return nil
+}
+
+func TestCaptureDriverLogs(t *testing.T) {
+	got := make(lines, 100)
+	l := New(Options{StartupTimeout: 10 * time.Second, StopTimeout: time.Second, Instance: "capture", CaptureLogs: true}, slog.New(got))
+	inst, err := l.Start(context.Background(), req())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.Stop(context.Background())
+	close(got)
+	for m := range got {
+		if strings.Contains(m, "[t] [DRIVER_LOG] [wdstub: listening on 127.0.0.1:") {
+			return
+		}
+	}
+	t.Fatal("driver output not in the hub's log")
 }
