@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -26,6 +27,14 @@ func main() {
 	spawn := flag.Bool("spawn-orphan", false, "start a helper in its own session (as Chromium's crash handler does)")
 	newDelay := flag.Duration("new-session-delay", 0, "delay of POST /session")
 	failNew := flag.Bool("fail-new-session", false, "answer POST /session with 500")
+	page := flag.Bool("serve-page", false, "serve a fixed test page at / instead of WebDriver (the end-to-end tests' page)")
+	// In a container the command line is fixed by the image; WDSTUB_<FLAG> in the
+	// environment (from browsers.json "env") sets a flag instead.
+	flag.VisitAll(func(f *flag.Flag) {
+		if v, ok := os.LookupEnv("WDSTUB_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))); ok {
+			_ = f.Value.Set(v)
+		}
+	})
 	flag.Parse()
 	if *exitOnce != "" {
 		if err := os.Remove(*exitOnce); err == nil {
@@ -56,7 +65,14 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("wdstub: listening on %s\n", ln.Addr())
-	srv := &http.Server{Handler: wdstub.New(wdstub.Options{NewSessionDelay: *newDelay, FailNewSession: *failNew}), ReadHeaderTimeout: 10 * time.Second}
+	var h http.Handler = wdstub.New(wdstub.Options{NewSessionDelay: *newDelay, FailNewSession: *failNew})
+	if *page {
+		h = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprint(w, wdstub.TestPage)
+		})
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	if err := srv.Serve(ln); err != nil {
 		fmt.Fprintln(os.Stderr, "wdstub:", err)
 		os.Exit(1)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/hub"
+	"github.com/websummoner/websummoner/internal/launcher/docker"
 	"github.com/websummoner/websummoner/internal/launcher/process"
 	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/queue"
@@ -41,6 +42,9 @@ func main() {
 // flags is every command-line setting, before it is bound into Options.
 type flags struct {
 	listen, conf, logOutputDir, instance, logLevel string
+	network, mem, cpu, containerAddress            string
+	privileged                                     bool
+	sweepInterval                                  time.Duration
 	limit, retryCount                              int
 	timeout, maxTimeout, startupTimeout            time.Duration
 	attemptTimeout, deleteTimeout, gracefulPeriod  time.Duration
@@ -88,6 +92,12 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.instance, "instance", "websummoner-"+host, "Name of this hub instance; what an earlier run of the same name left running is removed at start-up")
 	fs.StringVar(&f.logLevel, "log-level", "info", "Log level: debug, info, warn or error")
 	fs.BoolVar(&f.showVersion, "version", false, "Print the version and exit")
+	fs.StringVar(&f.network, "container-network", "default", "Docker network for browser containers")
+	fs.BoolVar(&f.privileged, "privileged", false, "Run browser containers privileged (Selenoid's default; off here)")
+	fs.StringVar(&f.mem, "mem", "", "Default memory limit of a browser container, e.g. 512m or 1g (browsers.json \"mem\" wins)")
+	fs.StringVar(&f.cpu, "cpu", "", "Default CPU limit of a browser container, e.g. 0.5 or 2.0 (browsers.json \"cpu\" wins)")
+	fs.StringVar(&f.containerAddress, "container-address", "published", "How the hub reaches a container's driver: \"published\" (a port published on 127.0.0.1; hub on the host) or \"name\" (the container's name on -container-network; hub in a container on that network)")
+	fs.DurationVar(&f.sweepInterval, "sweep-interval", 30*time.Second, "How often containers with no live session are removed")
 	ignored := map[string]*string{}
 	for name, why := range ignoredSelenoidFlags {
 		ignored[name] = fs.String(name, "", "Ignored (Selenoid compatibility): "+why)
@@ -167,10 +177,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "websummoner:", err)
 		return 2
 	}
-	if !f.disableDocker {
-		fmt.Fprintln(stderr, "websummoner: this build runs browsers as local driver processes only: start it with -disable-docker and command-line \"image\" entries in -conf (see README.md)")
-		return 2
-	}
 	conf, err := config.Load(f.conf, !f.disableDocker)
 	if err != nil {
 		fmt.Fprintln(stderr, "websummoner:", err)
@@ -203,6 +209,34 @@ func run(args []string, stdout, stderr io.Writer) int {
 		LogDir:         f.logOutputDir,
 	}, log)
 	procs.Sweep()
+	launchers := hub.Launchers{Process: procs}
+	ctx, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
+	var containers *docker.Launcher
+	if !f.disableDocker {
+		engine, err := docker.NewEngine()
+		if err != nil {
+			fmt.Fprintln(stderr, "websummoner: Docker client:", err, "(check DOCKER_HOST, or run with -disable-docker)")
+			return 2
+		}
+		containers, err = docker.New(docker.Options{
+			StartupTimeout: f.startupTimeout,
+			StopTimeout:    f.deleteTimeout,
+			Instance:       f.instance,
+			Network:        f.network,
+			Privileged:     f.privileged,
+			Mem:            f.mem,
+			CPU:            f.cpu,
+			Address:        docker.Address(f.containerAddress),
+			SweepInterval:  f.sweepInterval,
+		}, engine, log, reg)
+		if err != nil {
+			fmt.Fprintln(stderr, "websummoner:", err)
+			return 2
+		}
+		go containers.Run(ctx)
+		launchers.Docker = containers
+	}
 	h, err := hub.New(hub.Options{
 		IdleTimeout:           f.timeout,
 		MaxTimeout:            f.maxTimeout,
@@ -211,7 +245,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		RetryCount:            f.retryCount,
 		Version:               version,
 		Metrics:               promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-	}, q, conf, hub.Launchers{Process: procs}, sessions, log, reg)
+	}, q, conf, launchers, sessions, log, reg)
 	if err != nil {
 		fmt.Fprintln(stderr, "websummoner:", err)
 		return 1
@@ -256,6 +290,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}()
 			h.Drain(ctx)
 			cancel()
+			if containers != nil {
+				sctx, scancel := context.WithTimeout(context.Background(), f.deleteTimeout)
+				containers.SweepAll(sctx)
+				scancel()
+			}
 			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = srv.Shutdown(sctx)
 			scancel()

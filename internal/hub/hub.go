@@ -168,6 +168,7 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 // would be on arrival.
 func (h *Hub) Drain(ctx context.Context) {
 	h.draining.Store(true)
+	h.queue.Close()
 	logtag.Event(h.log, slog.LevelInfo, "", "DRAINING", fmt.Sprintf("%d sessions", h.sessions.Len()))
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
@@ -234,6 +235,20 @@ func (h *Hub) createSession(w http.ResponseWriter, r *http.Request) {
 		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrSessionNotCreated,
 			fmt.Sprintf("%s %s: \"image\" %q is a Docker image, but this hub runs without Docker (-disable-docker)", browser.Name, browser.Version, browser.Image))
 		return
+	}
+	if c, ok := l.(launcher.Checker); ok {
+		// Fail at once, before taking a slot or queueing, when the start is doomed.
+		if err := c.Check(r.Context(), browser); err != nil {
+			h.countFailure(browser, err)
+			logtag.Event(h.log, slog.LevelWarn, id, "SESSION_FAILED", err.Error())
+			status := http.StatusInternalServerError
+			var se *launcher.StartError
+			if errors.As(err, &se) && se.Engine {
+				status = http.StatusServiceUnavailable
+			}
+			webdriver.WriteError(w, status, webdriver.ErrSessionNotCreated, err.Error())
+			return
+		}
 	}
 	slot, ok := queuehttp.Admitter{Queue: h.queue}.Admit(w, r, id)
 	if !ok {

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
@@ -97,12 +98,20 @@ func (h *Hub) healthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"value": map[string]any{"healthy": true}})
 }
 
-// readyz says whether the hub can start browsers now: not draining. (A busy hub
-// is ready: it queues.)
+// readyz says whether the hub can start browsers now: not draining, and every
+// launcher's backend (the Docker engine) answering. A busy hub is ready: it queues.
 func (h *Hub) readyz(w http.ResponseWriter, _ *http.Request) {
 	if h.draining.Load() {
 		webdriver.WriteError(w, http.StatusServiceUnavailable, webdriver.ErrSessionNotCreated, "shutting down")
 		return
+	}
+	for _, l := range []launcher.Launcher{h.launchers.Process, h.launchers.Docker} {
+		if r, ok := l.(launcher.Readier); ok {
+			if ready, why := r.Ready(); !ready {
+				webdriver.WriteError(w, http.StatusServiceUnavailable, webdriver.ErrSessionNotCreated, why)
+				return
+			}
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"value": map[string]any{"ready": true}})
 }

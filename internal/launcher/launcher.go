@@ -49,6 +49,7 @@ type Launcher interface {
 
 // Phases of a browser start, as reported in errors and the start_failures metric.
 const (
+	PhaseImage      = "image"       // the browser's image is missing or unreadable
 	PhaseStart      = "start"       // creating or spawning the browser
 	PhaseStartup    = "startup"     // waiting for the driver to answer
 	PhaseNewSession = "new-session" // the driver's own new-session call
@@ -63,6 +64,8 @@ type StartError struct {
 	// Msg says what happened and what to change.
 	Msg string
 	Err error
+	// Engine marks a failure of the engine or host (the start gate counts these).
+	Engine bool
 }
 
 func (e *StartError) Error() string {
@@ -70,6 +73,17 @@ func (e *StartError) Error() string {
 }
 
 func (e *StartError) Unwrap() error { return e.Err }
+
+// Checker is implemented by launchers that can tell, before a request takes a slot
+// or queues, that a start would fail at once (engine down, image missing).
+type Checker interface {
+	Check(ctx context.Context, b config.Resolved) error
+}
+
+// Readier is implemented by launchers whose backend can be down; /readyz asks it.
+type Readier interface {
+	Ready() (bool, string)
+}
 
 // ErrExited is returned by WaitReady when the instance exits before answering.
 var ErrExited = errors.New("driver exited before it answered")

@@ -31,6 +31,8 @@ const (
 	ReasonShed Reason = "shed"
 	// ReasonDisabled: -disable-queue is set and no slot was free.
 	ReasonDisabled Reason = "disabled"
+	// ReasonClosed: the hub is shutting down (Close).
+	ReasonClosed Reason = "shutdown"
 	// ReasonCancelled: the client went away first. Nothing is answered and no
 	// metric counts it as a rejection.
 	ReasonCancelled Reason = "cancelled"
@@ -104,6 +106,8 @@ func (o Outcome) Message() string {
 			o.opts.FastThreshold, o.Idle.Round(time.Second), o.opts.Timeout, o.Budget, o.Waited.Round(time.Millisecond))
 	case ReasonCancelled:
 		return "the client went away while waiting for a slot"
+	case ReasonClosed:
+		return "the hub is shutting down and admits no new sessions; retry on another hub or after the restart"
 	}
 	return "admitted"
 }
@@ -128,6 +132,7 @@ type waiter struct {
 	ctx     context.Context
 	queued  time.Time
 	granted bool          // set under Queue.mu when a slot is handed over
+	closed  bool          // set under Queue.mu when Close refuses it
 	waited  time.Duration // set with granted
 	fast    bool          // set with granted
 	ready   chan struct{} // closed when granted
@@ -142,6 +147,7 @@ type Queue struct {
 	m       *metrics
 
 	mu       sync.Mutex
+	closed   bool
 	inUse    int
 	waiters  list.List // of *waiter, oldest first
 	lastFast time.Time // time of the last fast admission; idle = now - lastFast
@@ -179,6 +185,9 @@ func (q *Queue) Acquire(ctx context.Context, r Request) (*Slot, Outcome) {
 	q.mu.Lock()
 	now := time.Now()
 	idle := now.Sub(q.lastFast)
+	if q.closed {
+		return nil, q.refuseLocked(Outcome{Idle: idle, limit: q.opts.Limit, opts: &q.opts}, ReasonClosed)
+	}
 	if q.inUse < q.opts.Limit && q.waiters.Len() == 0 {
 		q.inUse++
 		q.lastFast = now
@@ -234,6 +243,9 @@ func (q *Queue) Acquire(ctx context.Context, r Request) (*Slot, Outcome) {
 	}
 	q.removeLocked(w)
 	out.Waited = time.Since(w.queued)
+	if w.closed {
+		return nil, q.refuseLocked(out, ReasonClosed)
+	}
 	if ctx.Err() != nil {
 		q.mu.Unlock()
 		return nil, q.cancelled(out, r)
@@ -242,6 +254,20 @@ func (q *Queue) Acquire(ctx context.Context, r Request) (*Slot, Outcome) {
 		return nil, q.refuseLocked(out, ReasonShed)
 	}
 	return nil, q.refuseLocked(out, ReasonTimeout)
+}
+
+// Close refuses every waiting request and every later one with ReasonClosed;
+// slots already held stay held until released. The hub calls it when it drains.
+func (q *Queue) Close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	for e := q.waiters.Front(); e != nil; e = q.waiters.Front() {
+		w := e.Value.(*waiter)
+		q.removeLocked(w)
+		w.closed = true
+		close(w.ready)
+	}
 }
 
 func (q *Queue) stateAt(idle time.Duration) State {
@@ -262,6 +288,7 @@ func (q *Queue) refuseLocked(out Outcome, reason Reason) Outcome {
 		ReasonDisabled: "QUEUE_DISABLED",
 		ReasonTimeout:  "QUEUE_TIMEOUT",
 		ReasonShed:     "QUEUE_SHED",
+		ReasonClosed:   "QUEUE_CLOSED",
 	}[reason]
 	logtag.Event(q.log, slog.LevelInfo, "", tag, out.State, "waited "+out.Waited.Round(time.Millisecond).String(),
 		"budget "+budgetString(out.Budget), fmt.Sprintf("retry after %ds", int(out.RetryAfter/time.Second)))

@@ -425,3 +425,30 @@ func TestStress(t *testing.T) {
 	}
 	t.Logf("admitted %d, refused %d, cancelled %d", admitted.Load(), refused.Load(), cancelled.Load())
 }
+
+// Close refuses the waiters at once and every later request; held slots stay held.
+func TestClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Options{Limit: 1, Timeout: time.Minute})
+		a := h.acquire("A", false)
+		b := h.acquire("B", false)
+		h.q.Close()
+		synctest.Wait()
+		if b.out.Reason != ReasonClosed || b.out.RetryAfter < time.Second {
+			t.Fatalf("B: %+v", b.out)
+		}
+		if c := h.acquire("C", false); c.out.Reason != ReasonClosed {
+			t.Fatalf("C: %+v", c.out)
+		}
+		if st := h.q.Stats(); st.InUse != 1 || st.Waiting != 0 {
+			t.Fatalf("%+v", st)
+		}
+		if h.metric("websummoner_queue_rejected_total", "reason", "shutdown") != 2 {
+			t.Error("shutdown refusals not counted")
+		}
+		a.slot.Release()
+		if st := h.q.Stats(); st.InUse != 0 {
+			t.Fatalf("%+v", st)
+		}
+	})
+}

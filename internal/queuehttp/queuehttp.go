@@ -57,7 +57,8 @@ func (a Admitter) Admit(w http.ResponseWriter, r *http.Request, id string) (*que
 }
 
 // WriteRefusal answers a queue refusal: 429 with Retry-After for no-wait and the two
-// budgets, StatusDisabled for -disable-queue, and nothing for a cancelled request.
+// budgets, StatusDisabled for -disable-queue, 503 with Retry-After while the hub
+// shuts down, and nothing for a cancelled request.
 func WriteRefusal(w http.ResponseWriter, out queue.Outcome) {
 	status := http.StatusTooManyRequests
 	switch out.Reason {
@@ -65,6 +66,9 @@ func WriteRefusal(w http.ResponseWriter, out queue.Outcome) {
 		return
 	case queue.ReasonDisabled:
 		status = StatusDisabled
+	case queue.ReasonClosed:
+		status = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", strconv.Itoa(int(out.RetryAfter/time.Second)))
 	default:
 		w.Header().Set("Retry-After", strconv.Itoa(int(out.RetryAfter/time.Second)))
 	}

@@ -15,6 +15,9 @@ import (
 	"time"
 )
 
+// TestPage is the page the end-to-end tests open in a real browser.
+const TestPage = `<!doctype html><html><head><title>WebSummoner e2e</title></head><body><p id="greeting">Hello from 127.0.0.1</p></body></html>`
+
 // Options shape the stub's behaviour, for fault injection.
 type Options struct {
 	// NewSessionDelay is how long POST /session takes.

@@ -1,0 +1,386 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
+	"github.com/docker/go-connections/nat"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/websummoner/websummoner/internal/config"
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/webdriver"
+)
+
+// These tests run on the machine's real Docker Engine with the repository's stub
+// WebDriver image (FROM scratch), built once by images/wdstub/build.sh.
+var (
+	stubImage string
+	engine    *client.Client
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	engine, err = NewEngine()
+	if err == nil {
+		_, err = engine.Ping(context.Background())
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			fmt.Println("docker tests: the Docker engine is required in CI:", err)
+			os.Exit(1)
+		}
+		fmt.Println("docker tests skipped: no Docker engine:", err)
+		os.Exit(0)
+	}
+	out, err := exec.Command("../../../images/wdstub/build.sh").Output()
+	if err != nil {
+		fmt.Println("building the stub image:", err)
+		os.Exit(1)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	stubImage = lines[len(lines)-1]
+	os.Exit(m.Run())
+}
+
+// logEvents passes log lines to the test, to wait on instead of polling.
+type logEvents chan string
+
+func (e logEvents) Enabled(context.Context, slog.Level) bool { return true }
+func (e logEvents) WithAttrs([]slog.Attr) slog.Handler         { return e }
+func (e logEvents) WithGroup(string) slog.Handler              { return e }
+func (e logEvents) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case e <- r.Message:
+	default:
+	}
+	return nil
+}
+
+func (e logEvents) wait(t *testing.T, tag string) {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case m := <-e:
+			if strings.Contains(m, tag) {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no %s within 30s", tag)
+		}
+	}
+}
+
+func instanceName(t *testing.T) string {
+	return strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())) + fmt.Sprint(os.Getpid())
+}
+
+func newLauncher(t *testing.T, opts Options, eng Engine) (*Launcher, logEvents) {
+	t.Helper()
+	if opts.StartupTimeout == 0 {
+		opts.StartupTimeout = 20 * time.Second
+	}
+	if opts.StopTimeout == 0 {
+		opts.StopTimeout = 10 * time.Second
+	}
+	if opts.Instance == "" {
+		opts.Instance = instanceName(t)
+	}
+	if eng == nil {
+		eng = engine
+	}
+	ev := make(logEvents, 1000)
+	l, err := New(opts, eng, slog.New(ev), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l.checkHealth(ctx)
+	go l.watchEvents(ctx)
+	t.Cleanup(func() {
+		cancel()
+		l.SweepAll(context.Background())
+		if n := len(containersOf(t, opts.Instance)); n != 0 {
+			t.Errorf("%d containers left for instance %s", n, opts.Instance)
+		}
+	})
+	return l, ev
+}
+
+func containersOf(t *testing.T, instance string) []container.Summary {
+	t.Helper()
+	list, err := engine.ContainerList(context.Background(), container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", LabelInstance+"="+instance))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
+}
+
+func stubRequest(env ...string) launcher.Request {
+	return launcher.Request{ID: "7", Browser: config.Resolved{Name: "stub", Version: "1", Browser: &config.Browser{
+		Image: config.Image{Name: stubImage}, Port: "4444", Path: "/", Env: env}}}
+}
+
+func TestStartServeStop(t *testing.T) {
+	l, _ := newLauncher(t, Options{}, nil)
+	inst, err := l.Start(context.Background(), stubRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := inst.URL().Hostname(); h != "127.0.0.1" {
+		t.Fatalf("driver reached at %s, want 127.0.0.1", inst.URL())
+	}
+	resp, err := http.Get(inst.URL().JoinPath("status").String())
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("driver: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	id := inst.(*instance).id
+	info, err := engine.ContainerInspect(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.HostConfig.Privileged {
+		t.Error("privileged by default")
+	}
+	for _, b := range info.HostConfig.PortBindings[nat.Port("4444/tcp")] {
+		if b.HostIP != "127.0.0.1" {
+			t.Errorf("port published on %q", b.HostIP)
+		}
+	}
+	if info.Config.Labels[LabelInstance] != l.opts.Instance || !strings.HasPrefix(info.Config.Labels[LabelSession], "7-") || info.Config.Labels[LabelBrowser] != "stub 1" {
+		t.Errorf("labels %v", info.Config.Labels)
+	}
+	inst.Stop(context.Background())
+	if _, err := engine.ContainerInspect(context.Background(), id); !errdefs.IsNotFound(err) {
+		t.Fatalf("container still there after Stop: %v", err)
+	}
+}
+
+func TestMissingImageFailsAtOnce(t *testing.T) {
+	l, _ := newLauncher(t, Options{}, nil)
+	r := stubRequest()
+	r.Browser.Image.Name = "websummoner/no-such-image:1"
+	err := l.Check(context.Background(), r.Browser)
+	var se *launcher.StartError
+	if !errors.As(err, &se) || se.Phase != launcher.PhaseImage || !strings.Contains(err.Error(), `"websummoner/no-such-image:1" is not on the Docker engine`) || !strings.Contains(err.Error(), "never pulls") {
+		t.Fatalf("err = %v", err)
+	}
+	if err := l.Check(context.Background(), stubRequest().Browser); err != nil {
+		t.Fatalf("present image: %v", err)
+	}
+}
+
+func TestStartupTimeoutRemovesContainer(t *testing.T) {
+	l, _ := newLauncher(t, Options{StartupTimeout: time.Second}, nil)
+	_, err := l.Start(context.Background(), stubRequest("WDSTUB_LISTEN_DELAY=1h"))
+	var se *launcher.StartError
+	if !errors.As(err, &se) || se.Phase != launcher.PhaseStartup || !strings.Contains(err.Error(), "within -service-startup-timeout 1s") {
+		t.Fatalf("err = %v", err)
+	}
+	if n := len(containersOf(t, l.opts.Instance)); n != 0 {
+		t.Fatalf("%d containers left after a failed start", n)
+	}
+}
+
+func TestContainerDeathIsReported(t *testing.T) {
+	l, _ := newLauncher(t, Options{}, nil)
+	inst, err := l.Start(context.Background(), stubRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := engine.ContainerKill(context.Background(), inst.(*instance).id, "KILL"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-inst.Exited():
+	case <-time.After(30 * time.Second):
+		t.Fatal("death not reported")
+	}
+	if !strings.Contains(inst.ExitReason(), "exited with code 137") {
+		t.Errorf("reason %q", inst.ExitReason())
+	}
+	inst.Stop(context.Background())
+}
+
+// Start-up removes everything an earlier run of the same instance left, and
+// nothing of another instance; the periodic sweep removes a labelled container no
+// live session owns and spares the live ones.
+func TestSweeps(t *testing.T) {
+	name := instanceName(t)
+	old, _ := newLauncher(t, Options{Instance: name}, nil)
+	other, _ := newLauncher(t, Options{Instance: name + "-other"}, nil)
+	if _, err := old.Start(context.Background(), stubRequest()); err != nil {
+		t.Fatal(err)
+	}
+	keep, err := other.Start(context.Background(), stubRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer keep.Stop(context.Background())
+
+	restarted, _ := newLauncher(t, Options{Instance: name}, nil)
+	if n := restarted.SweepAll(context.Background()); n != 1 {
+		t.Fatalf("start-up sweep removed %d, want 1", n)
+	}
+	if n := len(containersOf(t, name+"-other")); n != 1 {
+		t.Fatalf("the other instance lost its container")
+	}
+
+	live, err := restarted.Start(context.Background(), stubRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Stop(context.Background())
+	stray, err := engine.ContainerCreate(context.Background(), &container.Config{Image: stubImage,
+		Labels: map[string]string{LabelInstance: name, LabelSession: "gone"}}, nil, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := restarted.Sweep(context.Background()); n != 1 {
+		t.Fatalf("periodic sweep removed %d, want 1 (the stray)", n)
+	}
+	if _, err := engine.ContainerInspect(context.Background(), stray.ID); !errdefs.IsNotFound(err) {
+		t.Fatal("stray container survived")
+	}
+	if _, err := engine.ContainerInspect(context.Background(), live.(*instance).id); err != nil {
+		t.Fatal("the sweep removed a live session's container")
+	}
+}
+
+// flakyEngine is the real engine with a switch that makes Ping fail: a fault the
+// real engine cannot produce on demand without stopping it for every other test.
+type flakyEngine struct {
+	*client.Client
+	down atomic.Bool
+}
+
+func (f *flakyEngine) Ping(ctx context.Context) (types.Ping, error) {
+	if f.down.Load() {
+		return types.Ping{}, errors.New("Cannot connect to the Docker daemon (injected)")
+	}
+	return f.Client.Ping(ctx)
+}
+
+func TestEngineDownThenBack(t *testing.T) {
+	eng := &flakyEngine{Client: engine}
+	reg := prometheus.NewRegistry()
+	ev := make(logEvents, 1000)
+	l, err := New(Options{Instance: instanceName(t), StartupTimeout: 20 * time.Second, StopTimeout: 10 * time.Second, HealthInterval: 20 * time.Millisecond}, eng, slog.New(ev), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go l.Run(ctx)
+	ev.wait(t, "[DOCKER_UP]")
+	eng.down.Store(true)
+	ev.wait(t, "[DOCKER_DOWN]")
+	if ready, why := l.Ready(); ready || !strings.Contains(why, "injected") {
+		t.Fatalf("ready %v %q", ready, why)
+	}
+	if v := testutil.ToFloat64(mustCollector(t, reg, "websummoner_docker_up")); v != 0 {
+		t.Fatalf("docker_up = %v", v)
+	}
+	t0 := time.Now()
+	err = l.Check(context.Background(), stubRequest().Browser)
+	var se *launcher.StartError
+	if !errors.As(err, &se) || !se.Engine || !strings.Contains(err.Error(), "unreachable") || time.Since(t0) > time.Second {
+		t.Fatalf("check while down: %v after %v", err, time.Since(t0))
+	}
+	eng.down.Store(false)
+	ev.wait(t, "[DOCKER_UP]")
+	inst, err := l.Start(context.Background(), stubRequest())
+	if err != nil {
+		t.Fatalf("no recovery: %v", err)
+	}
+	inst.Stop(context.Background())
+	if v := testutil.ToFloat64(mustCollector(t, reg, "websummoner_docker_up")); v != 1 {
+		t.Fatalf("docker_up = %v", v)
+	}
+}
+
+func mustCollector(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: "copy"})
+			g.Set(mf.GetMetric()[0].GetGauge().GetValue())
+			return g
+		}
+	}
+	t.Fatalf("no %s", name)
+	return nil
+}
+
+// What a client may set is an allow-list: env, labels (never ours), time zone,
+// screen, VNC. Mounts, privileges and networks are the operator's.
+func TestContainerConfigAllowList(t *testing.T) {
+	l := &Launcher{opts: Options{Instance: "hub1", Network: "grid", Mem: "1g", CPU: "0.5"}}
+	r := launcher.Request{ID: "3", Browser: config.Resolved{Name: "chrome", Version: "128.0", Browser: &config.Browser{
+		Image: config.Image{Name: "img"}, Volumes: []string{"/a:/b:ro"}, Env: []string{"LANG=C"}, Mem: "2g", ShmSize: 1 << 28}},
+		Options: webdriver.Options{Env: []string{"FOO=1"}, TimeZone: "Europe/Paris", ScreenResolution: "1920x1080x24", EnableVNC: true,
+			Labels: map[string]string{"team": "qa", LabelInstance: "evil"}}}
+	cfg, host, err := l.containerConfig(r, "3-abc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := strings.Join(cfg.Env, " ")
+	for _, want := range []string{"LANG=C", "FOO=1", "TZ=Europe/Paris", "SCREEN_RESOLUTION=1920x1080x24", "ENABLE_VNC=true"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("env lacks %s: %v", want, cfg.Env)
+		}
+	}
+	if cfg.Labels[LabelInstance] != "hub1" || cfg.Labels["team"] != "qa" || cfg.Labels[LabelSession] != "3-abc" {
+		t.Errorf("labels %v", cfg.Labels)
+	}
+	if host.Privileged || len(host.Binds) != 1 || host.NetworkMode != "grid" || host.Memory != 2<<30 || host.NanoCPUs != 5e8 || host.ShmSize != 1<<28 {
+		t.Errorf("host config %+v", host)
+	}
+	l.opts.Privileged = true
+	if _, host, _ = l.containerConfig(r, "x"); !host.Privileged {
+		t.Error("-privileged not honoured")
+	}
+}
+
+func TestDriverURLChoice(t *testing.T) {
+	info := container.InspectResponse{NetworkSettings: &container.NetworkSettings{NetworkSettingsBase: container.NetworkSettingsBase{
+		Ports: nat.PortMap{"4444/tcp": []nat.PortBinding{{HostIP: "127.0.0.1", HostPort: "32770"}}}}}}
+	u, err := driverURL(Published, info, "c1", "4444", "/wd/hub")
+	if err != nil || u.String() != "http://127.0.0.1:32770/wd/hub" {
+		t.Fatalf("published: %v %v", u, err)
+	}
+	u, err = driverURL(ByName, info, "c1", "4444", "/")
+	if err != nil || u.String() != "http://c1:4444/" {
+		t.Fatalf("by name: %v %v", u, err)
+	}
+	if _, err := driverURL(Published, container.InspectResponse{NetworkSettings: &container.NetworkSettings{}}, "c1", "4444", "/"); err == nil {
+		t.Fatal("unpublished port accepted")
+	}
+	if _, err := New(Options{Address: ByName}, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "-container-network") {
+		t.Fatalf("by name without a network: %v", err)
+	}
+	if _, err := New(Options{Address: "ip"}, nil, nil, nil); err == nil {
+		t.Fatal("unknown address mode accepted")
+	}
+}
