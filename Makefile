@@ -3,7 +3,7 @@
 GO ?= go
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build run deps test unit e2e bench bench-short vet clean
+.PHONY: build run deps images test unit e2e bench bench-short vet clean
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/websummoner ./cmd/websummoner
@@ -16,14 +16,20 @@ deps:
 run: deps
 	scripts/run-hub.sh $(ARGS)
 
-test: deps vet
+# The test images: a FROM scratch stub driver, and real Chromium built from
+# Debian's packages (minutes the first time, then cached by tag).
+images:
+	images/wdstub/build.sh
+	images/chromium/build.sh
+
+test: deps vet images
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) bench-short
 
 unit:
 	$(GO) test -race -count=1 ./internal/... ./cmd/...
 
-e2e: deps
+e2e: deps images
 	$(GO) test -count=1 -v ./e2e/
 
 vet:

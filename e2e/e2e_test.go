@@ -49,10 +49,11 @@ func requireRealParts(t *testing.T) {
 }
 
 type hub struct {
-	cmd  *exec.Cmd
-	url  string
-	logs *lockedBuffer
-	done chan error
+	cmd   *exec.Cmd
+	url   string
+	logs  *lockedBuffer
+	done  chan error
+	lines chan string // every log line, for await
 }
 
 type lockedBuffer struct {
@@ -88,44 +89,80 @@ func startHub(t *testing.T, args ...string) *hub {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	args = append([]string{"-listen", addr, "-instance", "e2e-" + strconv.Itoa(os.Getpid())}, args...)
 	cmd := exec.Command("make", "-s", "-C", "..", "run", "ARGS="+strings.Join(args, " "))
-	pr, pw := io.Pipe()
-	h := &hub{cmd: cmd, url: "http://" + addr, logs: &lockedBuffer{}, done: make(chan error, 1)}
-	cmd.Stdout, cmd.Stderr = io.MultiWriter(pw, h.logs), io.MultiWriter(pw, h.logs)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // so cleanup reaches the hub under make
+	return launch(t, cmd, addr, 3*time.Minute)            // includes building the hub
+}
+
+// launch starts a hub command, streams its log lines to h.lines, and returns once
+// the hub has logged [INIT].
+func launch(t *testing.T, cmd *exec.Cmd, addr string, startup time.Duration) *hub {
+	t.Helper()
+	pr, pw := io.Pipe()
+	h := &hub{cmd: cmd, url: "http://" + addr, logs: &lockedBuffer{}, done: make(chan error, 1), lines: make(chan string, 10000)}
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(pw, h.logs), io.MultiWriter(pw, h.logs)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() { h.done <- cmd.Wait(); pw.Close() }()
-	ready := make(chan bool, 1)
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
-			if strings.Contains(sc.Text(), "[INIT]") {
-				ready <- true
+			select {
+			case h.lines <- sc.Text():
+			default:
 			}
 		}
-		ready <- false
+		close(h.lines)
 		io.Copy(io.Discard, pr)
 	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			t.Fatalf("hub exited before listening:\n%s", h.logs)
+	kill := func() {
+		if cmd.SysProcAttr != nil && cmd.SysProcAttr.Setpgid {
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		} else {
+			cmd.Process.Kill()
 		}
-	case <-time.After(3 * time.Minute): // includes building the hub
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		t.Fatalf("hub did not start:\n%s", h.logs)
 	}
 	t.Cleanup(func() {
 		if cmd.ProcessState == nil {
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			kill()
 			<-h.done
 		}
 		if t.Failed() {
 			t.Logf("hub log:\n%s", h.logs)
 		}
 	})
+	if _, ok := h.awaitWithin(t, "[INIT]", startup); !ok {
+		kill()
+		t.Fatalf("hub did not start:\n%s", h.logs)
+	}
 	return h
+}
+
+// await returns the first log line from now on that contains tag.
+func (h *hub) await(t *testing.T, tag string) string {
+	t.Helper()
+	line, ok := h.awaitWithin(t, tag, time.Minute)
+	if !ok {
+		t.Fatalf("hub logged no %s", tag)
+	}
+	return line
+}
+
+func (h *hub) awaitWithin(t *testing.T, tag string, d time.Duration) (string, bool) {
+	timeout := time.After(d)
+	for {
+		select {
+		case line, open := <-h.lines:
+			if !open {
+				return "", false
+			}
+			if strings.Contains(line, tag) {
+				return line, true
+			}
+		case <-timeout:
+			return "", false
+		}
+	}
 }
 
 // hubPID finds the hub under make: make runs scripts/run-hub.sh, which execs it.

@@ -20,3 +20,11 @@ if [ "${#need[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 go mod download
+
+# The Docker engine: this kind of machine starts it before a session, but a CI run
+# or a fresh machine may not have it running yet.
+if command -v docker >/dev/null 2>&1 && ! docker info >/dev/null 2>&1; then
+  echo "deps: starting the Docker engine" >&2
+  (service docker start || (nohup dockerd >/var/log/dockerd.log 2>&1 &)) >/dev/null 2>&1 || true
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+fi

@@ -8,10 +8,15 @@ from selenium import webdriver
 from selenium.webdriver.common.by import By
 
 hub, page, shot, hold = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+wait = len(sys.argv) > 5 and sys.argv[5] == "wait"
 t0 = time.time()
 driver = webdriver.Remote(command_executor=hub, options=webdriver.ChromeOptions())
 created = time.time() - t0
 try:
+    if wait:
+        # The test sets up the page (in the browser's own network namespace) now.
+        print(json.dumps({"created": driver.session_id}), flush=True)
+        sys.stdin.readline()
     driver.get(page)
     title = driver.title
     text = driver.find_element(By.ID, "greeting").text

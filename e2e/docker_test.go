@@ -1,0 +1,322 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The Docker tests run the hub binary against the machine's real Docker Engine,
+// with the two test images built by the repository's scripts.
+
+var (
+	buildOnce                     sync.Once
+	hubBinary, stubTag, chromeTag string
+	buildErr                      error
+)
+
+func requireDocker(t *testing.T) {
+	t.Helper()
+	if err := exec.Command("docker", "info").Run(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("the Docker engine is required in CI:", err)
+		}
+		t.Skip("no Docker engine:", err)
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "websummoner-e2e")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		hubBinary = filepath.Join(dir, "websummoner")
+		if out, err := exec.Command("go", "build", "-o", hubBinary, "../cmd/websummoner").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build hub: %v\n%s", err, out)
+			return
+		}
+		if stubTag, buildErr = lastLine("../images/wdstub/build.sh"); buildErr != nil {
+			return
+		}
+		chromeTag, buildErr = lastLine("../images/chromium/build.sh") // cached by tag after the first build
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+}
+
+func lastLine(script string) (string, error) {
+	out, err := exec.Command(script).Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %v", script, err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1], nil
+}
+
+type dockerHub struct {
+	*hub
+	instance string
+	args     []string
+}
+
+// startDockerHub runs the hub in Docker mode with a browsers.json naming the test
+// images: "stub", "slow" (a stub that never answers), "ghost" (a missing image)
+// and "chrome" (real Chromium).
+func startDockerHub(t *testing.T, instance string, args ...string) *dockerHub {
+	t.Helper()
+	conf := filepath.Join(t.TempDir(), "browsers.json")
+	doc := fmt.Sprintf(`{
+  "stub":  {"default": "1", "versions": {"1": {"image": %q, "port": "4444", "path": "/"}}},
+  "slow":  {"default": "1", "versions": {"1": {"image": %q, "port": "4444", "path": "/", "env": ["WDSTUB_LISTEN_DELAY=1h"]}}},
+  "ghost": {"default": "1", "versions": {"1": {"image": "websummoner/ghost:none", "port": "4444"}}},
+  "chrome": {"default": "156.0", "versions": {"156.0": {"image": %q, "port": "4444", "path": "/", "shmSize": 268435456,
+    "caps": {"goog:chromeOptions": {"args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync"]}}}}}
+}`, stubTag, stubTag, chromeTag)
+	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	all := append([]string{"-conf", conf, "-listen", addr, "-instance", instance, "-sweep-interval", "1s"}, args...)
+	h := runHub(t, hubBinary, all, addr)
+	d := &dockerHub{hub: h, instance: instance, args: all}
+	t.Cleanup(func() {
+		// Whatever a test did, nothing of this instance may be left behind.
+		exec.Command("sh", "-c", "docker ps -aq --filter label=websummoner.instance="+instance+" | xargs -r docker rm -f").Run()
+	})
+	return d
+}
+
+// runHub starts a hub binary and returns once it has logged that it listens.
+func runHub(t *testing.T, bin string, args []string, addr string) *hub {
+	t.Helper()
+	return launch(t, exec.Command(bin, args...), addr, time.Minute)
+}
+
+func containers(t *testing.T, instance string) []string {
+	t.Helper()
+	out, err := exec.Command("docker", "ps", "-aq", "--filter", "label=websummoner.instance="+instance).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(out))
+}
+
+// assertClean is the check after every Docker test: no container of the
+// instance, and /status shows nothing used, queued or pending.
+func (d *dockerHub) assertClean(t *testing.T) {
+	t.Helper()
+	if left := containers(t, d.instance); len(left) != 0 {
+		t.Errorf("containers left: %v", left)
+	}
+	if d.cmd.ProcessState == nil {
+		st := d.getJSON(t, "/status")
+		if st["used"] != 0.0 || st["queued"] != 0.0 || st["pending"] != 0.0 {
+			t.Errorf("status not idle: %v", st)
+		}
+	}
+}
+
+type wdResponse struct {
+	status int
+	header http.Header
+	Value  struct {
+		SessionID string `json:"sessionId"`
+		Error     string `json:"error"`
+		Message   string `json:"message"`
+	} `json:"value"`
+}
+
+func call(t *testing.T, method, url, body string) wdResponse {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r wdResponse
+	data, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatalf("%s %s: %d non-JSON %q", method, url, resp.StatusCode, data)
+	}
+	r.status, r.header = resp.StatusCode, resp.Header
+	return r
+}
+
+func newSession(t *testing.T, d *dockerHub, browser string) wdResponse {
+	t.Helper()
+	return call(t, "POST", d.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"`+browser+`"}}}`)
+}
+
+func instanceFor(t *testing.T) string {
+	return "e2e-" + strings.ToLower(regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(t.Name(), "-")) + strconv.Itoa(os.Getpid())
+}
+
+// Python Selenium through the hub into a Chromium container. The page is served
+// on 127.0.0.1 inside the browser's own network namespace (a stub container
+// joined to it), so no traffic leaves loopback.
+func TestDockerRealChromium(t *testing.T) {
+	requireRealParts(t)
+	requireDocker(t)
+	d := startDockerHub(t, instanceFor(t), "-limit", "2")
+	shot := filepath.Join(t.TempDir(), "docker.png")
+	cmd := exec.Command(python, "testdata/client.py", d.url+"/wd/hub", "http://127.0.0.1:8080/", shot, "0", "wait")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() {
+		cmd.Wait()
+		t.Fatal("client printed nothing")
+	}
+	browser := containers(t, d.instance)
+	if len(browser) != 1 {
+		t.Fatalf("want one browser container, got %v", browser)
+	}
+	out, err := exec.Command("docker", "run", "-d", "--rm", "--network", "container:"+browser[0], stubTag, "-port", "8080", "-serve-page").CombinedOutput()
+	if err != nil {
+		t.Fatalf("page container: %v %s", err, out)
+	}
+	page := strings.TrimSpace(string(out))
+	defer exec.Command("docker", "rm", "-f", page).Run()
+	fmt.Fprintln(stdin, "go")
+	var lines []string
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("client: %v %v", err, lines)
+	}
+	var r clientResult
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, r, shot)
+	exec.Command("docker", "rm", "-f", page).Run()
+	d.assertClean(t)
+}
+
+func TestDockerKillMidSession(t *testing.T) {
+	requireDocker(t)
+	d := startDockerHub(t, instanceFor(t))
+	s := newSession(t, d, "stub")
+	if s.status != 200 {
+		t.Fatalf("create: %+v", s)
+	}
+	c := containers(t, d.instance)
+	if err := exec.Command("docker", "kill", c[0]).Run(); err != nil {
+		t.Fatal(err)
+	}
+	d.await(t, "[BROWSER_EXITED]") // the death arrives through the engine's event stream
+	r := call(t, "GET", d.url+"/wd/hub/session/"+s.Value.SessionID+"/url", "")
+	if r.status != 404 || r.Value.Error != "invalid session id" || !strings.Contains(r.Value.Message, "exited") {
+		t.Fatalf("after docker kill: %+v", r)
+	}
+	d.assertClean(t)
+}
+
+func TestDockerStartupHangAndMissingImage(t *testing.T) {
+	requireDocker(t)
+	d := startDockerHub(t, instanceFor(t), "-limit", "1", "-service-startup-timeout", "2s")
+	r := newSession(t, d, "slow")
+	if r.status != 500 || r.Value.Error != "session not created" || !strings.Contains(r.Value.Message, "-service-startup-timeout 2s") {
+		t.Fatalf("hanging start: %+v", r)
+	}
+	d.assertClean(t)
+	// With the only slot held, a missing image still fails at once: before the queue.
+	held := newSession(t, d, "stub")
+	t0 := time.Now()
+	r = newSession(t, d, "ghost")
+	if r.status != 500 || !strings.Contains(r.Value.Message, `"websummoner/ghost:none" is not on the Docker engine`) || time.Since(t0) > 5*time.Second {
+		t.Fatalf("missing image: %+v after %v", r, time.Since(t0))
+	}
+	call(t, "DELETE", d.url+"/wd/hub/session/"+held.Value.SessionID, "")
+	d.assertClean(t)
+}
+
+// SIGKILL with sessions and a start in flight, then a restart: the start-up sweep
+// removes what the dead hub left.
+func TestDockerHubKilledThenRestarted(t *testing.T) {
+	requireDocker(t)
+	instance := instanceFor(t)
+	d := startDockerHub(t, instance, "-limit", "3")
+	for range 2 {
+		if r := newSession(t, d, "stub"); r.status != 200 {
+			t.Fatalf("create: %+v", r)
+		}
+	}
+	// The engine's own event stream says when the third container has started.
+	ev := exec.Command("docker", "events", "--filter", "label=websummoner.instance="+instance, "--filter", "event=start", "--format", "{{.ID}}")
+	evOut, _ := ev.StdoutPipe()
+	if err := ev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { ev.Process.Kill(); ev.Wait() }()
+	go http.Post(d.url+"/wd/hub/session", "application/json", strings.NewReader(`{"capabilities":{"alwaysMatch":{"browserName":"slow"}}}`))
+	if !bufio.NewScanner(evOut).Scan() {
+		t.Fatal("no start event for the third container")
+	}
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	<-d.done
+	if n := len(containers(t, instance)); n != 3 {
+		t.Fatalf("want the dead hub's 3 containers, found %d", n)
+	}
+	addr := strings.TrimPrefix(d.url, "http://")
+	h2 := runHub(t, hubBinary, d.args, addr)
+	if !strings.Contains(h2.logs.String(), "[CONTAINERS_REMOVED] [3]") {
+		h2.await(t, "[CONTAINERS_REMOVED] [3]")
+	}
+	d2 := &dockerHub{hub: h2, instance: instance}
+	d2.assertClean(t)
+}
+
+// SIGTERM with a live session: new and queued requests get a JSON 503 with
+// Retry-After; the live session may finish within -graceful-period; then every
+// container is removed and the hub exits 0.
+func TestDockerGracefulShutdown(t *testing.T) {
+	requireDocker(t)
+	d := startDockerHub(t, instanceFor(t), "-limit", "1", "-graceful-period", "3s", "-log-level", "debug")
+	live := newSession(t, d, "stub")
+	if live.status != 200 {
+		t.Fatalf("create: %+v", live)
+	}
+	queued := make(chan wdResponse, 1)
+	go func() { queued <- newSession(t, d, "stub") }()
+	d.await(t, "[QUEUED]")
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	q := <-queued
+	if q.status != 503 || q.Value.Error != "session not created" || q.header.Get("Retry-After") == "" {
+		t.Fatalf("queued request on SIGTERM: %+v", q)
+	}
+	if r := newSession(t, d, "stub"); r.status != 503 || r.header.Get("Retry-After") == "" {
+		t.Fatalf("new request while draining: %+v", r)
+	}
+	if r := call(t, "GET", d.url+"/wd/hub/session/"+live.Value.SessionID+"/url", ""); r.status != 200 {
+		t.Fatalf("live session broken while draining: %+v", r)
+	}
+	select {
+	case err := <-d.done:
+		if err != nil {
+			t.Fatalf("exit: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("hub did not exit after the graceful period")
+	}
+	d.assertClean(t)
+}
