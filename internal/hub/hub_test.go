@@ -498,3 +498,30 @@ func TestSessionTimeoutCappedByMaxTimeout(t *testing.T) {
 		}
 	}
 }
+
+// downLauncher is a launcher whose backend is down (as the Docker launcher reports
+// when the engine does not answer): a fault injected here, since the hub test has
+// no engine to stop.
+type downLauncher struct{ *stubLauncher }
+
+func (downLauncher) Ready() (bool, string) { return false, "Docker engine unreachable: injected" }
+func (downLauncher) Check(_ context.Context, b config.Resolved) error {
+	return &launcher.StartError{Phase: launcher.PhaseStart, Browser: b.Name, Engine: true, Msg: "the Docker engine is unreachable (injected)"}
+}
+
+func TestBackendDownFailsFast(t *testing.T) {
+	l := &stubLauncher{}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	f.hub.launchers.Process = downLauncher{l}
+	resp, body := f.do("GET", "/readyz", "")
+	if code, msg := errOf(body); resp.StatusCode != 503 || code == "" || !strings.Contains(msg, "unreachable") {
+		t.Fatalf("readyz: %d %v", resp.StatusCode, body)
+	}
+	resp, body = f.do("POST", "/session", w3cChrome)
+	if code, msg := errOf(body); resp.StatusCode != 503 || code != "session not created" || !strings.Contains(msg, "unreachable") {
+		t.Fatalf("create: %d %v", resp.StatusCode, body)
+	}
+	if l.starts.Load() != 0 || f.q.Stats().InUse != 0 {
+		t.Fatal("a doomed start took a slot or started")
+	}
+}

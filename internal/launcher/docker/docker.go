@@ -520,7 +520,13 @@ func (l *Launcher) watchEvents(ctx context.Context) {
 				inst := l.live[m.Actor.ID]
 				l.mu.Unlock()
 				if inst != nil {
-					inst.exit(fmt.Sprintf("container %s exited with code %s", shortID(m.Actor.ID), m.Actor.Attributes["exitCode"]))
+					reason := fmt.Sprintf("container %s exited with code %s", shortID(m.Actor.ID), m.Actor.Attributes["exitCode"])
+					ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+					if info, err := l.engine.ContainerInspect(ictx, m.Actor.ID); err == nil && info.State != nil && info.State.OOMKilled {
+						reason += " (killed: out of memory)"
+					}
+					cancel()
+					inst.exit(reason)
 				}
 			case <-errs:
 				break recv
