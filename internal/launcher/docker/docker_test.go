@@ -62,8 +62,8 @@ func TestMain(m *testing.M) {
 type logEvents chan string
 
 func (e logEvents) Enabled(context.Context, slog.Level) bool { return true }
-func (e logEvents) WithAttrs([]slog.Attr) slog.Handler         { return e }
-func (e logEvents) WithGroup(string) slog.Handler              { return e }
+func (e logEvents) WithAttrs([]slog.Attr) slog.Handler       { return e }
+func (e logEvents) WithGroup(string) slog.Handler            { return e }
 func (e logEvents) Handle(_ context.Context, r slog.Record) error {
 	select {
 	case e <- r.Message:
