@@ -320,3 +320,38 @@ func TestDockerGracefulShutdown(t *testing.T) {
 	}
 	d.assertClean(t)
 }
+
+// A burst of 3× -limit new sessions with the stub image, through the adaptive
+// start gate: every one is served, and no start fails.
+func TestDockerBurstThroughGate(t *testing.T) {
+	requireDocker(t)
+	d := startDockerHub(t, instanceFor(t), "-limit", "4")
+	var wg sync.WaitGroup
+	errs := make(chan string, 12)
+	for range 12 {
+		wg.Go(func() {
+			r := newSession(t, d, "stub")
+			if r.status != 200 {
+				errs <- fmt.Sprintf("%d %s", r.status, r.Value.Message)
+				return
+			}
+			call(t, "DELETE", d.url+"/wd/hub/session/"+r.Value.SessionID, "")
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error("session failed:", e)
+	}
+	if n := d.metric(t, `websummoner_gate_start_outcomes_total{outcome="failure"}`); n != 0 {
+		t.Errorf("%v start failures", n)
+	}
+	if n := d.metric(t, `websummoner_gate_start_outcomes_total{outcome="success"}`); n != 12 {
+		t.Errorf("%v successful starts, want 12", n)
+	}
+	st := d.getJSON(t, "/status")
+	if g, _ := st["gate"].(map[string]any); g == nil || g["mode"] != "adaptive" {
+		t.Errorf("/status gate: %v", st["gate"])
+	}
+	d.assertClean(t)
+}

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/websummoner/websummoner/internal/capacity"
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/hub"
 	"github.com/websummoner/websummoner/internal/launcher/docker"
@@ -42,7 +44,8 @@ func main() {
 // flags is every command-line setting, before it is bound into Options.
 type flags struct {
 	listen, conf, logOutputDir, instance, logLevel string
-	network, mem, cpu, containerAddress            string
+	network, mem, cpu, containerAddress, startGate string
+	queueMax                                       int
 	privileged                                     bool
 	sweepInterval                                  time.Duration
 	limit, retryCount                              int
@@ -92,6 +95,8 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.instance, "instance", "websummoner-"+host, "Name of this hub instance; what an earlier run of the same name left running is removed at start-up")
 	fs.StringVar(&f.logLevel, "log-level", "info", "Log level: debug, info, warn or error")
 	fs.BoolVar(&f.showVersion, "version", false, "Print the version and exit")
+	fs.StringVar(&f.startGate, "start-gate", "adaptive", "Concurrent browser starts: \"adaptive\" (driven by start outcomes, latency and engine health, up to -limit), a fixed number, or \"off\" (every admitted request starts at once, as Selenoid)")
+	fs.IntVar(&f.queueMax, "queue-max", 0, "Most requests that may wait at once; more are refused with 429 (0 = unbounded)")
 	fs.StringVar(&f.network, "container-network", "default", "Docker network for browser containers")
 	fs.BoolVar(&f.privileged, "privileged", false, "Run browser containers privileged (Selenoid's default; off here)")
 	fs.StringVar(&f.mem, "mem", "", "Default memory limit of a browser container, e.g. 512m or 1g (browsers.json \"mem\" wins)")
@@ -138,8 +143,26 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	return f, nil
 }
 
+func (f *flags) gateOptions() (capacity.Options, error) {
+	o := capacity.Options{Limit: f.limit}
+	switch f.startGate {
+	case "adaptive":
+		o.Mode = capacity.Adaptive
+	case "off":
+		o.Mode = capacity.Off
+	default:
+		n, err := strconv.Atoi(f.startGate)
+		if err != nil || n < 1 || n > f.limit {
+			return o, fmt.Errorf("-start-gate must be \"adaptive\", \"off\" or a number from 1 to -limit %d (got %q)", f.limit, f.startGate)
+		}
+		o.Mode, o.Fixed = capacity.Fixed, n
+	}
+	return o, nil
+}
+
 func (f *flags) queueOptions() queue.Options {
 	return queue.Options{
+		MaxWaiting:           f.queueMax,
 		Limit:                f.limit,
 		Timeout:              f.queueTimeout,
 		CongestionTimeout:    f.congestionTimeout,
@@ -191,6 +214,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	gopts, err := f.gateOptions()
+	if err != nil {
+		fmt.Fprintln(stderr, "websummoner:", err)
+		return 2
+	}
+	gate, err := capacity.New(gopts, log, reg)
+	if err != nil {
+		fmt.Fprintln(stderr, "websummoner:", err)
+		return 2
+	}
+	qopts.Gate = gate
 	q, err := queue.New(qopts, log, reg)
 	if err != nil {
 		fmt.Fprintln(stderr, "websummoner:", err)
@@ -229,6 +263,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			CPU:            f.cpu,
 			Address:        docker.Address(f.containerAddress),
 			SweepInterval:  f.sweepInterval,
+			OnHealth:       gate.SetHealthy,
 		}, engine, log, reg)
 		if err != nil {
 			fmt.Fprintln(stderr, "websummoner:", err)
@@ -245,6 +280,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		RetryCount:            f.retryCount,
 		Version:               version,
 		Metrics:               promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		Gate:                  func() any { return gate.Stats() },
 	}, q, conf, launchers, sessions, log, reg)
 	if err != nil {
 		fmt.Fprintln(stderr, "websummoner:", err)
@@ -258,7 +294,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
 	logtag.Event(log, slog.LevelInfo, "", "INIT", "websummoner "+version, "listening on "+ln.Addr().String(),
-		qopts.String(), fmt.Sprintf("browsers %v", conf.Browsers().Names()), "instance "+f.instance)
+		qopts.String(), "start-gate "+f.startGate, fmt.Sprintf("browsers %v", conf.Browsers().Names()), "instance "+f.instance)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 

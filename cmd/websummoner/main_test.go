@@ -31,6 +31,9 @@ func TestInvalidFlagsStopStartUp(t *testing.T) {
 		{[]string{"-log-level", "loud"}, "-log-level must be"},
 		{[]string{"-disable-docker", "-conf", "/nonexistent.json"}, "-conf /nonexistent.json"},
 		{[]string{"stray"}, "unexpected argument"},
+		{[]string{"-limit", "4", "-start-gate", "9"}, "-start-gate must be \"adaptive\", \"off\" or a number from 1 to -limit 4"},
+		{[]string{"-start-gate", "fast"}, "-start-gate must be"},
+		{[]string{"-queue-max", "-1"}, "-queue-max must be 0"},
 	}
 	for _, c := range cases {
 		var stderr strings.Builder

@@ -55,6 +55,8 @@ type Options struct {
 	Version string
 	// Metrics serves /metrics; nil serves 404.
 	Metrics http.Handler
+	// Gate reports the start gate's state for /status; nil shows none.
+	Gate func() any
 }
 
 // Launchers are the ways to start a browser; an entry's "image" picks one.
@@ -262,6 +264,7 @@ func (h *Hub) createSession(w http.ResponseWriter, r *http.Request) {
 	h.pending.Add(1)
 	res, err := h.start(r.Context(), id, l, ns.W3C, cand, browser)
 	h.pending.Add(-1)
+	slot.Started(startOutcome(r.Context(), err))
 	if err != nil {
 		slot.Release()
 		h.writeStartError(w, r, id, browser, err)
@@ -389,6 +392,26 @@ func (h *Hub) start(ctx context.Context, id string, l launcher.Launcher, w3c boo
 	return started{}, lastErr
 }
 
+// startOutcome classifies a start for the start gate: the engine's or host's
+// failures count, the client's (bad capabilities, leaving) do not.
+func startOutcome(ctx context.Context, err error) queue.StartOutcome {
+	if err == nil {
+		return queue.StartSucceeded
+	}
+	if ctx.Err() != nil {
+		return queue.StartIgnored
+	}
+	var se *launcher.StartError
+	if errors.As(err, &se) && se.Engine {
+		return queue.StartFailed
+	}
+	var de *driverError
+	if errors.As(err, &de) && de.status >= 500 {
+		return queue.StartFailed
+	}
+	return queue.StartIgnored
+}
+
 func (h *Hub) countFailure(b config.Resolved, err error) {
 	phase := launcher.PhaseNewSession
 	var se *launcher.StartError
@@ -414,7 +437,7 @@ func (h *Hub) newDriverSession(ctx context.Context, inst launcher.Instance, body
 		if !errors.Is(err, context.DeadlineExceeded) {
 			msg = "the driver's new-session call failed: " + err.Error()
 		}
-		return "", nil, &launcher.StartError{Phase: launcher.PhaseNewSession, Browser: name, Msg: msg, Err: err}
+		return "", nil, &launcher.StartError{Phase: launcher.PhaseNewSession, Browser: name, Msg: msg, Err: err, Engine: true}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))

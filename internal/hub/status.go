@@ -61,6 +61,7 @@ func (h *Hub) selenoidStatus(w http.ResponseWriter, _ *http.Request) {
 			"timeoutSeconds":    h.queue.Options().Timeout.Seconds(),
 			"disabled":          h.queue.Options().Disabled,
 		},
+		"gate":     h.gateStats(),
 		"draining": h.draining.Load(),
 		"version":  h.opts.Version,
 	})
@@ -114,4 +115,11 @@ func (h *Hub) readyz(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"value": map[string]any{"ready": true}})
+}
+
+func (h *Hub) gateStats() any {
+	if h.opts.Gate == nil {
+		return nil
+	}
+	return h.opts.Gate()
 }

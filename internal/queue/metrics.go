@@ -16,7 +16,7 @@ func newMetrics(q *Queue, reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "websummoner_queue_rejected_total",
-			Help: "New-session requests refused by the queue, by reason: no_wait (client opted out, usually ggr), timeout (slow grid, consider raising -limit), shed (saturated grid, needs capacity), disabled (-disable-queue), shutdown (the hub is draining).",
+			Help: "New-session requests refused by the queue, by reason: no_wait (client opted out, usually ggr), timeout (slow grid, consider raising -limit), shed (saturated grid, needs capacity), disabled (-disable-queue), shutdown (the hub is draining), full (-queue-max reached).",
 		}, []string{"reason"}),
 		wait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "websummoner_queue_wait_seconds",
@@ -24,7 +24,7 @@ func newMetrics(q *Queue, reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600, 1800},
 		}),
 	}
-	for _, r := range []Reason{ReasonNoWait, ReasonTimeout, ReasonShed, ReasonDisabled, ReasonClosed} {
+	for _, r := range []Reason{ReasonNoWait, ReasonTimeout, ReasonShed, ReasonDisabled, ReasonClosed, ReasonFull} {
 		m.rejected.WithLabelValues(string(r))
 	}
 	b2f := func(b bool) float64 {

@@ -28,6 +28,11 @@ type Options struct {
 	CongestionTimeoutSet bool
 	// Disabled is -disable-queue: with every slot busy a request is refused at once.
 	Disabled bool
+	// MaxWaiting is -queue-max: more waiting requests than this are refused at
+	// once (ReasonFull). Zero means unbounded.
+	MaxWaiting int
+	// Gate, if set, must also permit a browser start for a request to be admitted.
+	Gate Gate
 	// RandIntN returns a uniform int in [0, n); it draws Retry-After. It is called
 	// with the queue's lock held. Nil means math/rand/v2.IntN.
 	RandIntN func(n int) int
@@ -48,6 +53,9 @@ type Options struct {
 func (o Options) Resolve() (Options, error) {
 	if o.Limit < 1 {
 		return o, fmt.Errorf("-limit must be a whole number of at least 1 (got %d)", o.Limit)
+	}
+	if o.MaxWaiting < 0 {
+		return o, fmt.Errorf("-queue-max must be 0 (unbounded) or a positive number of waiting requests (got %d)", o.MaxWaiting)
 	}
 	if o.Timeout < 0 {
 		return o, fmt.Errorf("-queue-timeout must be 0 (unset: wait until the client gives up) or a positive duration such as 5m (got %v)", o.Timeout)

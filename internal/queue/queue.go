@@ -31,6 +31,8 @@ const (
 	ReasonShed Reason = "shed"
 	// ReasonDisabled: -disable-queue is set and no slot was free.
 	ReasonDisabled Reason = "disabled"
+	// ReasonFull: the queue already holds -queue-max requests.
+	ReasonFull Reason = "full"
 	// ReasonClosed: the hub is shutting down (Close).
 	ReasonClosed Reason = "shutdown"
 	// ReasonCancelled: the client went away first. Nothing is answered and no
@@ -54,6 +56,36 @@ func (s State) String() string {
 		return "saturated"
 	}
 	return "keeping up"
+}
+
+// StartOutcome is how a browser start ended, for the start gate.
+type StartOutcome int
+
+// Start outcomes.
+const (
+	// StartSucceeded: the driver answered and the session was created.
+	StartSucceeded StartOutcome = iota
+	// StartFailed: an engine error, or a start that missed its deadline.
+	StartFailed
+	// StartIgnored: the client's fault (bad capabilities) or the client left.
+	StartIgnored
+)
+
+func (o StartOutcome) String() string {
+	return [...]string{"success", "failure", "ignored"}[o]
+}
+
+// Gate limits concurrent browser starts (internal/capacity). The queue admits a
+// waiter only when a slot is free AND the gate permits a start, so time spent
+// waiting for the gate is queue wait, under the same budgets.
+type Gate interface {
+	// TryStart reserves a start. It is called with the queue's lock held and must
+	// not call back into the queue.
+	TryStart() bool
+	// CanStart reports whether TryStart would succeed now.
+	CanStart() bool
+	// FinishStart ends a reserved start.
+	FinishStart(o StartOutcome, latency time.Duration)
 }
 
 // Request is what the queue needs to know about a new-session request.
@@ -106,24 +138,40 @@ func (o Outcome) Message() string {
 			o.opts.FastThreshold, o.Idle.Round(time.Second), o.opts.Timeout, o.Budget, o.Waited.Round(time.Millisecond))
 	case ReasonCancelled:
 		return "the client went away while waiting for a slot"
+	case ReasonFull:
+		return fmt.Sprintf("all %d slots (-limit) are busy and %d requests already wait (-queue-max); retry later or raise -queue-max", o.limit, o.opts.MaxWaiting)
 	case ReasonClosed:
 		return "the hub is shutting down and admits no new sessions; retry on another hub or after the restart"
 	}
 	return "admitted"
 }
 
-// Slot is one of the -limit slots, held by an admitted request. Release returns it.
+// Slot is one of the -limit slots, held by an admitted request, with the start
+// permit it was admitted with. Release returns it.
 type Slot struct {
 	q        *Queue
 	released atomic.Bool
+	started  atomic.Bool // the start permit has been given back
+	admitted time.Time
+}
+
+// Started reports how the browser start ended; from then on the session counts
+// against -limit only, not against the start gate. Only the first call counts.
+func (s *Slot) Started(o StartOutcome) {
+	if s == nil || s.q.opts.Gate == nil || !s.started.CompareAndSwap(false, true) {
+		return
+	}
+	s.q.opts.Gate.FinishStart(o, time.Since(s.admitted))
 }
 
 // Release gives the slot back, handing it to the oldest live waiter if there is one.
-// It is safe to call more than once; only the first call counts.
+// A start not yet reported counts as ignored. It is safe to call more than once;
+// only the first call counts.
 func (s *Slot) Release() {
 	if s == nil || !s.released.CompareAndSwap(false, true) {
 		return
 	}
+	s.Started(StartIgnored)
 	s.q.release()
 }
 
@@ -172,6 +220,9 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Queue, 
 	if err != nil {
 		return nil, err
 	}
+	if n, ok := opts.Gate.(interface{ Notify(func()) }); ok {
+		n.Notify(q.Kick)
+	}
 	return q, nil
 }
 
@@ -182,18 +233,22 @@ func (q *Queue) Options() Options { return q.opts }
 // It returns a Slot exactly when the outcome is Admitted. When ctx ends first the
 // outcome is ReasonCancelled and any slot handed over meanwhile has been released.
 func (q *Queue) Acquire(ctx context.Context, r Request) (*Slot, Outcome) {
+	if ctx.Err() != nil {
+		// The client left before it asked: no slot for it.
+		return nil, Outcome{Reason: ReasonCancelled, limit: q.opts.Limit, opts: &q.opts}
+	}
 	q.mu.Lock()
 	now := time.Now()
 	idle := now.Sub(q.lastFast)
 	if q.closed {
 		return nil, q.refuseLocked(Outcome{Idle: idle, limit: q.opts.Limit, opts: &q.opts}, ReasonClosed)
 	}
-	if q.inUse < q.opts.Limit && q.waiters.Len() == 0 {
+	if q.inUse < q.opts.Limit && q.waiters.Len() == 0 && q.tryStartLocked() {
 		q.inUse++
 		q.lastFast = now
 		q.mu.Unlock()
 		q.m.wait.Observe(0)
-		return &Slot{q: q}, Outcome{Admitted: true, Fast: true, Idle: idle, limit: q.opts.Limit, opts: &q.opts}
+		return &Slot{q: q, admitted: now}, Outcome{Admitted: true, Fast: true, Idle: idle, limit: q.opts.Limit, opts: &q.opts}
 	}
 	out := Outcome{Idle: idle, State: q.stateAt(idle), limit: q.opts.Limit, opts: &q.opts}
 	switch {
@@ -201,6 +256,9 @@ func (q *Queue) Acquire(ctx context.Context, r Request) (*Slot, Outcome) {
 		return nil, q.refuseLocked(out, ReasonDisabled)
 	case r.NoWait:
 		return nil, q.refuseLocked(out, ReasonNoWait)
+	}
+	if q.opts.MaxWaiting > 0 && q.waiters.Len() >= q.opts.MaxWaiting {
+		return nil, q.refuseLocked(out, ReasonFull)
 	}
 	if out.State == Saturated {
 		out.Budget = q.opts.SaturatedBudget
@@ -231,7 +289,7 @@ func (q *Queue) Acquire(ctx context.Context, r Request) (*Slot, Outcome) {
 	if w.granted {
 		q.mu.Unlock()
 		out.Waited, out.Fast = w.waited, w.fast
-		s := &Slot{q: q}
+		s := &Slot{q: q, admitted: w.queued.Add(w.waited)}
 		if ctx.Err() != nil {
 			// The client left as the slot arrived: pass it on rather than leak it.
 			s.Release()
@@ -289,6 +347,7 @@ func (q *Queue) refuseLocked(out Outcome, reason Reason) Outcome {
 		ReasonTimeout:  "QUEUE_TIMEOUT",
 		ReasonShed:     "QUEUE_SHED",
 		ReasonClosed:   "QUEUE_CLOSED",
+		ReasonFull:     "QUEUE_FULL",
 	}[reason]
 	logtag.Event(q.log, slog.LevelInfo, "", tag, out.State, "waited "+out.Waited.Round(time.Millisecond).String(),
 		"budget "+budgetString(out.Budget), fmt.Sprintf("retry after %ds", int(out.RetryAfter/time.Second)))
@@ -324,6 +383,18 @@ func (q *Queue) release() {
 	q.mu.Unlock()
 }
 
+// Kick admits waiters that have become admissible without a slot being released:
+// the gate calls it when it permits more starts.
+func (q *Queue) Kick() {
+	q.mu.Lock()
+	q.dispatchLocked(time.Now())
+	q.mu.Unlock()
+}
+
+func (q *Queue) tryStartLocked() bool {
+	return q.opts.Gate == nil || q.opts.Gate.TryStart()
+}
+
 // dispatchLocked hands free slots to the oldest live waiters. Waiters whose client
 // has gone are dropped on the way (their Acquire returns Cancelled), so a slot never
 // goes to a client that left. The admission's speed is judged here, at hand-over.
@@ -334,10 +405,14 @@ func (q *Queue) dispatchLocked(now time.Time) {
 			return
 		}
 		w := e.Value.(*waiter)
-		q.removeLocked(w)
 		if w.ctx.Err() != nil {
+			q.removeLocked(w)
 			continue
 		}
+		if !q.tryStartLocked() {
+			return
+		}
+		q.removeLocked(w)
 		q.inUse++
 		w.granted = true
 		w.waited = now.Sub(w.queued)
@@ -375,7 +450,7 @@ func (q *Queue) Stats() Stats {
 	if e := q.waiters.Front(); e != nil {
 		s.OldestWait = now.Sub(e.Value.(*waiter).queued)
 	}
-	full := q.inUse >= q.opts.Limit || s.Waiting > 0
+	full := q.inUse >= q.opts.Limit || s.Waiting > 0 || (q.opts.Gate != nil && !q.opts.Gate.CanStart())
 	s.Congested = full && !q.opts.Disabled && q.stateAt(s.Idle) == Saturated
 	return s
 }

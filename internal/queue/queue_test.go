@@ -452,3 +452,101 @@ func TestClose(t *testing.T) {
 		}
 	})
 }
+
+// fakeGate permits a set number of starts; a test stands in for internal/capacity.
+type fakeGate struct {
+	mu       sync.Mutex
+	permits  int
+	inFlight int
+	finished []StartOutcome
+}
+
+func (g *fakeGate) TryStart() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inFlight >= g.permits {
+		return false
+	}
+	g.inFlight++
+	return true
+}
+
+func (g *fakeGate) CanStart() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.inFlight < g.permits
+}
+
+func (g *fakeGate) FinishStart(o StartOutcome, _ time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.inFlight--
+	g.finished = append(g.finished, o)
+}
+
+// A waiter is admitted when a slot is free AND the gate permits a start; waiting
+// for the gate is queue wait, under the same budget; a started session no longer
+// counts against the gate.
+func TestGateIsPartOfAdmission(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &fakeGate{permits: 1}
+		h := newHarness(t, Options{Limit: 5, Timeout: time.Minute, Gate: g})
+		a := h.acquire("A", false)
+		if !a.out.Admitted {
+			t.Fatal("A")
+		}
+		b := h.acquire("B", false) // slots free, but the gate is full
+		if b.finished() {
+			t.Fatalf("B admitted past a full gate: %+v", b.out)
+		}
+		if h.metric("websummoner_queue_waiting") != 1 {
+			t.Fatal("B is not counted as waiting")
+		}
+		time.Sleep(10 * time.Second)
+		a.slot.Started(StartSucceeded) // A's browser is up: the gate frees, B may start
+		h.q.Kick()                     // what capacity.Gate does through Notify
+		synctest.Wait()
+		if !b.out.Admitted || b.out.Waited != 10*time.Second {
+			t.Fatalf("B: %+v", b.out)
+		}
+		c := h.acquire("C", false)
+		<-c.done // the gate never frees: C's keeping-up budget runs out
+		if c.out.Reason != ReasonTimeout || c.out.Waited != time.Minute {
+			t.Fatalf("C: %+v", c.out)
+		}
+		b.slot.Release() // never reported: counted as ignored
+		a.slot.Release()
+		if len(g.finished) != 2 || g.finished[0] != StartSucceeded || g.finished[1] != StartIgnored || g.inFlight != 0 {
+			t.Fatalf("gate saw %v, in flight %d", g.finished, g.inFlight)
+		}
+	})
+}
+
+func TestQueueMax(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Options{Limit: 1, Timeout: time.Minute, MaxWaiting: 2})
+		a := h.acquire("A", false)
+		b, c := h.acquire("B", false), h.acquire("C", false)
+		d := h.acquire("D", false)
+		if !d.finished() || d.out.Reason != ReasonFull || d.out.RetryAfter < time.Second {
+			t.Fatalf("D: %+v", d.out)
+		}
+		if h.metric("websummoner_queue_rejected_total", "reason", "full") != 1 || !strings.Contains(d.out.Message(), "-queue-max") {
+			t.Fatal("full not counted or explained")
+		}
+		b.cancel()
+		c.cancel()
+		synctest.Wait()
+		a.slot.Release()
+	})
+}
+
+// A client that left before asking gets no slot.
+func TestAcquireAfterClientLeft(t *testing.T) {
+	q, _ := New(Options{Limit: 1}, nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if s, out := q.Acquire(ctx, Request{}); s != nil || out.Reason != ReasonCancelled || q.Stats().InUse != 0 {
+		t.Fatalf("%+v", out)
+	}
+}

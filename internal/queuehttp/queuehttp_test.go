@@ -250,3 +250,26 @@ func (w *recordingWriter) Write(p []byte) (int, error) {
 	}
 	return w.ResponseWriter.Write(p)
 }
+
+func TestFullAndClosedOverHTTP(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHandler(t, queue.Options{Limit: 1, Timeout: time.Minute, MaxWaiting: 1})
+		post(h, nil)
+		waiting := make(chan *httptest.ResponseRecorder, 1)
+		go func() { waiting <- post(h, nil) }()
+		synctest.Wait()
+		rec := post(h, nil)
+		if rec.Code != http.StatusTooManyRequests || !strings.Contains(decode(t, rec).Message, "-queue-max") {
+			t.Fatalf("full: %d %s", rec.Code, rec.Body)
+		}
+		retryAfter(t, rec, 60)
+		h.a.Queue.Close()
+		rec = <-waiting
+		if rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("closed: %d", rec.Code)
+		}
+		decode(t, rec)
+		retryAfter(t, rec, 60)
+		(<-h.slots).Release()
+	})
+}

@@ -106,6 +106,9 @@ type Options struct {
 	SweepInterval time.Duration
 	// HealthInterval is how often the engine is pinged; zero means 5s.
 	HealthInterval time.Duration
+	// OnHealth, if set, is told each change of the engine's health (the start
+	// gate's second signal).
+	OnHealth func(up bool)
 }
 
 // Launcher starts browsers in containers.
@@ -230,11 +233,17 @@ func (l *Launcher) checkHealth(ctx context.Context) {
 		if was {
 			logtag.Event(l.log, slog.LevelWarn, "", "DOCKER_DOWN", err)
 		}
+		if l.opts.OnHealth != nil {
+			l.opts.OnHealth(false)
+		}
 		return
 	}
 	l.up.Store(true)
 	if !was {
 		logtag.Event(l.log, slog.LevelInfo, "", "DOCKER_UP")
+	}
+	if l.opts.OnHealth != nil {
+		l.opts.OnHealth(true)
 	}
 }
 

@@ -213,10 +213,10 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	_ = inst.Stop(stopCtx)
 	switch {
 	case errors.Is(err, launcher.ErrExited):
-		return nil, &launcher.StartError{Phase: launcher.PhaseStartup, Browser: name, Err: launcher.ErrExited,
+		return nil, &launcher.StartError{Phase: launcher.PhaseStartup, Browser: name, Err: launcher.ErrExited, Engine: true,
 			Msg: fmt.Sprintf("driver %q exited during start-up on port %d (%s): %s", argv[0], port, inst.ExitReason(), inst.tail.String())}
 	case errors.Is(err, context.DeadlineExceeded):
-		return nil, &launcher.StartError{Phase: launcher.PhaseStartup, Browser: name, Err: err,
+		return nil, &launcher.StartError{Phase: launcher.PhaseStartup, Browser: name, Err: err, Engine: true,
 			Msg: fmt.Sprintf("driver did not answer on 127.0.0.1:%d within -service-startup-timeout %v; raise it if the host is slow", port, l.opts.StartupTimeout)}
 	default:
 		return nil, err // the client went away: not the host's fault
