@@ -135,6 +135,9 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	if f.instance == "" || strings.ContainsAny(f.instance, "/= ") {
 		return nil, fmt.Errorf("-instance must be a non-empty name without '/', '=' or spaces (got %q)", f.instance)
 	}
+	if _, err := f.gateOptions(); err != nil {
+		return nil, err
+	}
 	for name := range ignored {
 		if f.set[name] {
 			f.set["ignored:"+name] = true
