@@ -455,9 +455,13 @@ func driverURL(addr Address, info container.InspectResponse, name, port, path st
 // A removal that fails (engine down) is left to the sweep: the container is no
 // longer live, so the next sweep takes it.
 func (l *Launcher) removeNow(inst *instance) {
-	l.mu.Lock()
-	delete(l.live, inst.id)
-	l.mu.Unlock()
+	// The container stays owned until it is gone, so a sweep never races this
+	// removal with its own.
+	defer func() {
+		l.mu.Lock()
+		delete(l.live, inst.id)
+		l.mu.Unlock()
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), l.opts.StopTimeout)
 	defer cancel()
 	err := l.engine.ContainerRemove(ctx, inst.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
