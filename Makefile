@@ -36,13 +36,16 @@ vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
 
-# Go benchmarks: the queue (acquire/release, 10,000 waiters).
+# Every benchmark: the Go benchmarks, then every load-tool scenario at full size
+# (about 20 minutes), writing results and charts to docs/bench/.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./internal/...
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/... | tee docs/bench/go-bench.txt
+	$(GO) run ./cmd/wsbench -out docs/bench | tee docs/bench/wsbench.txt
 
-# A seconds-long smoke of every benchmark, so they can't rot.
+# A seconds-long smoke of every benchmark and scenario, so they can't rot.
 bench-short:
 	$(GO) test -run '^$$' -bench . -benchtime 10x ./internal/...
+	$(GO) run ./cmd/wsbench -short
 
 clean:
 	rm -rf bin

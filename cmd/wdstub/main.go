@@ -4,6 +4,7 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"net"
@@ -27,6 +28,7 @@ func main() {
 	spawn := flag.Bool("spawn-orphan", false, "start a helper in its own session (as Chromium's crash handler does)")
 	newDelay := flag.Duration("new-session-delay", 0, "delay of POST /session")
 	failNew := flag.Bool("fail-new-session", false, "answer POST /session with 500")
+	capacityURL := flag.String("capacity-url", "", "ask this URL (the load tool's fake host) how long this start takes and whether it fails")
 	page := flag.Bool("serve-page", false, "serve a fixed test page at / instead of WebDriver (the end-to-end tests' page)")
 	// In a container the command line is fixed by the image; WDSTUB_<FLAG> in the
 	// environment (from browsers.json "env") sets a flag instead.
@@ -39,6 +41,29 @@ func main() {
 	if *exitOnce != "" {
 		if err := os.Remove(*exitOnce); err == nil {
 			fmt.Fprintf(os.Stderr, "wdstub: bind 127.0.0.1:%d: address already in use\n", *port)
+			os.Exit(1)
+		}
+	}
+	if *capacityURL != "" {
+		// A fake host with a capacity: it says how long this start takes (longer
+		// beyond its capacity) and whether it fails.
+		resp, err := http.Get(*capacityURL + "/begin")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "wdstub: fake host:", err)
+			os.Exit(1)
+		}
+		var verdict struct {
+			DelayMS int  `json:"delayMs"`
+			Fail    bool `json:"fail"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&verdict)
+		resp.Body.Close()
+		time.Sleep(time.Duration(verdict.DelayMS) * time.Millisecond)
+		if r, err := http.Post(*capacityURL+"/end", "text/plain", nil); err == nil {
+			r.Body.Close()
+		}
+		if verdict.Fail {
+			fmt.Fprintln(os.Stderr, "wdstub: the fake host is over capacity: start failed")
 			os.Exit(1)
 		}
 	}

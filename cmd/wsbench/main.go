@@ -1,0 +1,146 @@
+// Command wsbench is WebSummoner's load tool: it builds the hub and the stub
+// driver, runs the scenarios of docs/benchmarks.md on loopback, and prints for
+// each a table and one JSON line. -short runs every scenario for seconds.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/websummoner/websummoner/internal/bench"
+)
+
+func main() {
+	short := flag.Bool("short", false, "run every scenario for seconds (a smoke test)")
+	only := flag.String("scenario", "all", "proxy, churn, waiters, jam, stampede, or all (comma-separated)")
+	out := flag.String("out", "", "write the JSON results and SVG charts to this directory")
+	churnFor := flag.Duration("churn", 10*time.Minute, "how long the churn scenario runs (full mode)")
+	waiters := flag.Int("waiters", 5000, "waiting requests in the waiters scenario (full mode)")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, *short, *only, *out, *churnFor, *waiters); err != nil {
+		fmt.Fprintln(os.Stderr, "wsbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, short bool, only, out string, churnFor time.Duration, waiters int) error {
+	dir, err := os.MkdirTemp("", "wsbench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	hub, stub, err := bench.Build(ctx, dir)
+	if err != nil {
+		return err
+	}
+	env := &bench.Env{Hub: hub, Stub: stub, Short: short, Dir: dir, Log: os.Stderr}
+	want := func(s string) bool { return only == "all" || strings.Contains(","+only+",", ","+s+",") }
+	if out != "" {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+	}
+	var results []*bench.Result
+	keep := func(r *bench.Result, err error) error {
+		if r != nil {
+			r.Print(os.Stdout)
+			results = append(results, r)
+		}
+		return err
+	}
+	concs := []int{1, 4, 32}
+	if want("proxy") {
+		r, err := env.Proxy(ctx, concs)
+		if err := keep(r, err); err != nil {
+			return err
+		}
+		if out != "" {
+			if err := bench.LatencyChart(r, concs, filepath.Join(out, "latency.svg")); err != nil {
+				return err
+			}
+		}
+	}
+	if want("churn") {
+		d := churnFor
+		if short {
+			d = 3 * time.Second
+		}
+		if err := keep(env.Churn(ctx, 4, 5, d)); err != nil {
+			return err
+		}
+	}
+	if want("waiters") {
+		m, handoffs := waiters, 200
+		if short {
+			m, handoffs = 200, 20
+		}
+		if err := keep(env.Waiters(ctx, 1, m, handoffs)); err != nil {
+			return err
+		}
+	}
+	if want("jam") {
+		qt, every, d := 20*time.Second, time.Second, 50*time.Second
+		if short {
+			qt, every, d = 2*time.Second, 250*time.Millisecond, 6*time.Second
+		}
+		r, points, err := env.Jam(ctx, qt, every, d)
+		if err := keep(r, err); err != nil {
+			return err
+		}
+		if out != "" {
+			if err := bench.JamChart(r, points, filepath.Join(out, "jam.svg")); err != nil {
+				return err
+			}
+		}
+	}
+	if want("stampede") {
+		n, outage, hold, capTime := 200, 5*time.Second, 2*time.Second, 3*time.Minute
+		if short {
+			n, outage, hold, capTime = 30, 2*time.Second, 300*time.Millisecond, 20*time.Second
+		}
+		var fixed, adaptive *bench.Result
+		for _, gate := range []string{"20", "adaptive"} {
+			r, err := env.Stampede(ctx, gate, n, 3, outage, hold, capTime)
+			if err := keep(r, err); err != nil {
+				return err
+			}
+			if gate == "20" {
+				fixed = r
+			} else {
+				adaptive = r
+			}
+		}
+		ff, af := fixed.Figures["failed_starts_after_recovery"], adaptive.Figures["failed_starts_after_recovery"]
+		fmt.Printf("stampede: pinned gate %v failed starts after recovery, adaptive %v (%.1f× fewer); drain %.1fs vs %.1fs\n",
+			ff, af, ff/max(af, 1), fixed.Figures["drain_s"], adaptive.Figures["drain_s"])
+	}
+	if out != "" {
+		f, err := os.Create(filepath.Join(out, "results.jsonl"))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		for _, r := range results {
+			r.Print(discard{})
+			fmt.Fprintln(f, jsonLine(r))
+		}
+	}
+	missed := 0
+	for _, r := range results {
+		for _, t := range r.Targets {
+			if !t.Met {
+				missed++
+			}
+		}
+	}
+	fmt.Printf("\nwsbench: %d scenarios run, %d targets missed\n", len(results), missed)
+	return nil
+}

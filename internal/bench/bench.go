@@ -1,0 +1,314 @@
+// Package bench is WebSummoner's load tool: scenarios that run the real hub
+// binary with the stub driver on loopback and report figures as ratios or
+// differences against a baseline measured in the same run. Every loop is bounded
+// in count and time and sends traffic to 127.0.0.1 only.
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Env is what every scenario needs.
+type Env struct {
+	// Hub and Stub are the websummoner and wdstub binaries.
+	Hub, Stub string
+	// Short runs each scenario for seconds, as a smoke test.
+	Short bool
+	// Dir holds the scenarios' files (browsers.json, logs).
+	Dir string
+	// Log receives progress lines.
+	Log io.Writer
+}
+
+// Build compiles the hub and the stub into dir.
+func Build(ctx context.Context, dir string) (hub, stub string, err error) {
+	hub, stub = filepath.Join(dir, "websummoner"), filepath.Join(dir, "wdstub")
+	for bin, pkg := range map[string]string{hub: "./cmd/websummoner", stub: "./cmd/wdstub"} {
+		if out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			return "", "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	return hub, stub, nil
+}
+
+// Result is one scenario's outcome: a table for people and figures for machines.
+type Result struct {
+	Scenario string             `json:"scenario"`
+	Figures  map[string]float64 `json:"figures"`
+	Targets  []Target           `json:"targets,omitempty"`
+	Notes    []string           `json:"notes,omitempty"`
+	Header   []string           `json:"-"`
+	Rows     [][]string         `json:"-"`
+}
+
+// Target is one of the issue's targets, checked against a figure.
+type Target struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	Limit float64 `json:"limit"`
+	Unit  string  `json:"unit"`
+	Met   bool    `json:"met"`
+}
+
+func (r *Result) target(name string, value, limit float64, unit string) {
+	r.Targets = append(r.Targets, Target{Name: name, Value: value, Limit: limit, Unit: unit, Met: value <= limit})
+}
+
+// Print writes the table, the targets and one JSON line.
+func (r *Result) Print(w io.Writer) {
+	fmt.Fprintf(w, "\n== %s\n", r.Scenario)
+	widths := make([]int, len(r.Header))
+	for i, h := range r.Header {
+		widths[i] = len(h)
+	}
+	for _, row := range r.Rows {
+		for i, c := range row {
+			widths[i] = max(widths[i], len(c))
+		}
+	}
+	line := func(cells []string) {
+		for i, c := range cells {
+			fmt.Fprintf(w, "%-*s  ", widths[i], c)
+		}
+		fmt.Fprintln(w)
+	}
+	line(r.Header)
+	for _, row := range r.Rows {
+		line(row)
+	}
+	for _, t := range r.Targets {
+		verdict := "met"
+		if !t.Met {
+			verdict = "MISSED"
+		}
+		fmt.Fprintf(w, "target %-55s %10.3f %s (limit %.3f): %s\n", t.Name, t.Value, t.Unit, t.Limit, verdict)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintln(w, "note:", n)
+	}
+	js, _ := json.Marshal(r)
+	fmt.Fprintf(w, "%s\n", js)
+}
+
+// percentile returns the p-th percentile (0-100) of sorted durations.
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted)-1) * p / 100)
+	return sorted[i]
+}
+
+func sortDurations(d []time.Duration) {
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+}
+
+func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/1e6, 'f', 3, 64) }
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// proc is a child process (the hub or a stub) on a loopback port.
+type proc struct {
+	cmd  *exec.Cmd
+	url  string
+	logs bytes.Buffer
+	done chan struct{}
+}
+
+// startHub runs the hub with browsers.json entries for the stub.
+func (e *Env) startHub(ctx context.Context, browsers string, args ...string) (*proc, error) {
+	conf := filepath.Join(e.Dir, fmt.Sprintf("browsers-%d.json", time.Now().UnixNano()))
+	if err := os.WriteFile(conf, []byte(browsers), 0o644); err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	all := append([]string{"-disable-docker", "-conf", conf, "-listen", fmt.Sprintf("127.0.0.1:%d", port),
+		"-instance", fmt.Sprintf("wsbench-%d", os.Getpid()), "-graceful-period", "1s"}, args...)
+	return e.start(ctx, e.Hub, all, port, "[INIT]")
+}
+
+// stubBrowsers is a browsers.json with the stub as "stub", plus extra entries.
+func (e *Env) stubBrowsers(extra ...string) string {
+	entries := []string{fmt.Sprintf(`"stub": {"default": "1", "versions": {"1": {"image": [%q], "path": "/"}}}`, e.Stub)}
+	entries = append(entries, extra...)
+	return "{" + strings.Join(entries, ",\n") + "}"
+}
+
+func (e *Env) start(ctx context.Context, bin string, args []string, port int, ready string) (*proc, error) {
+	cmd := exec.Command(bin, args...)
+	p := &proc{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan struct{})}
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { cmd.Wait(); pw.Close(); close(p.done) }()
+	found := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sent := false
+		for sc.Scan() {
+			if !sent && strings.Contains(sc.Text(), ready) {
+				found <- true
+				sent = true
+			}
+		}
+		if !sent {
+			found <- false
+		}
+	}()
+	select {
+	case ok := <-found:
+		if !ok {
+			return nil, fmt.Errorf("%s exited before it was ready", bin)
+		}
+	case <-time.After(30 * time.Second):
+		p.stop()
+		return nil, fmt.Errorf("%s not ready within 30s", bin)
+	case <-ctx.Done():
+		p.stop()
+		return nil, ctx.Err()
+	}
+	return p, nil
+}
+
+func (p *proc) stop() {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+// rss is the process's resident set in bytes.
+func rss(pid int) float64 {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	m := regexp.MustCompile(`VmRSS:\s+(\d+) kB`).FindSubmatch(data)
+	if m == nil {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(string(m[1]), 64)
+	return v * 1024
+}
+
+// cpuSeconds is the process's user+system CPU time.
+func cpuSeconds(pid int) float64 {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// metric reads one sample from the hub's /metrics.
+func metric(c *http.Client, base, sample string) float64 {
+	resp, err := c.Get(base + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + ` (\S+)$`).FindSubmatch(body)
+	if m == nil {
+		return -1
+	}
+	v, _ := strconv.ParseFloat(string(m[1]), 64)
+	return v
+}
+
+func statusField(c *http.Client, base, field string) float64 {
+	resp, err := c.Get(base + "/status")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	var st map[string]any
+	json.NewDecoder(resp.Body).Decode(&st)
+	v, _ := st[field].(float64)
+	return v
+}
+
+// wd is a minimal WebDriver client over one HTTP client.
+type wd struct{ c *http.Client }
+
+const stubCaps = `{"capabilities":{"alwaysMatch":{"browserName":"stub"}}}`
+
+func (w wd) create(ctx context.Context, base, caps string) (string, int, error) {
+	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/session", strings.NewReader(caps))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := w.c.Do(req)
+	if err != nil {
+		return "", 0, err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Value struct {
+			SessionID string `json:"sessionId"`
+		} `json:"value"`
+	}
+	json.NewDecoder(resp.Body).Decode(&out)
+	if resp.StatusCode != 200 {
+		return "", resp.StatusCode, nil
+	}
+	return out.Value.SessionID, 200, nil
+}
+
+func (w wd) command(base, id string) (int, error) {
+	resp, err := w.c.Get(base + "/session/" + id + "/title")
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+func (w wd) remove(base, id string) {
+	req, _ := http.NewRequest("DELETE", base+"/session/"+id, nil)
+	if resp, err := w.c.Do(req); err == nil {
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}
+
+func pooled(conns int) *http.Client {
+	return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxIdleConns: conns, IdleConnTimeout: time.Minute}}
+}

@@ -1,0 +1,479 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// loop runs conc workers, each issuing commands on its own session, for d or
+// until max commands in all, and returns every command's latency.
+func loop(base string, ids []string, d time.Duration, max int) ([]time.Duration, time.Duration, error) {
+	w := wd{c: pooled(len(ids))}
+	var mu sync.Mutex
+	var lat []time.Duration
+	var count atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	deadline := t0.Add(d)
+	for _, id := range ids {
+		wg.Go(func() {
+			local := make([]time.Duration, 0, 1024)
+			for time.Now().Before(deadline) && count.Add(1) <= int64(max) {
+				s := time.Now()
+				code, err := w.command(base, id)
+				if err != nil || code != 200 {
+					firstErr.CompareAndSwap(nil, fmt.Sprintf("status %d, %v", code, err))
+					break
+				}
+				local = append(local, time.Since(s))
+			}
+			mu.Lock()
+			lat = append(lat, local...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(t0)
+	sortDurations(lat)
+	if e := firstErr.Load(); e != nil {
+		return lat, elapsed, fmt.Errorf("command failed: %s", e)
+	}
+	return lat, elapsed, nil
+}
+
+// Proxy measures a command loop straight to one stub driver (the floor) and the
+// same loop through the hub, at each concurrency, in the same run.
+func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
+	d, maxCmds := 10*time.Second, 200000
+	if e.Short {
+		d, maxCmds = time.Second, 5000
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	stub, err := e.start(ctx, e.Stub, []string{"-port", strconv.Itoa(port)}, port, "listening")
+	if err != nil {
+		return nil, err
+	}
+	defer stub.stop()
+	hub, err := e.startHub(ctx, e.stubBrowsers(), "-limit", "64")
+	if err != nil {
+		return nil, err
+	}
+	defer hub.stop()
+	r := &Result{Scenario: "proxy", Figures: map[string]float64{},
+		Header: []string{"C", "path", "cmds/s", "p50 ms", "p95 ms", "p99 ms", "overhead p50 µs", "overhead p99 µs"}}
+	client := wd{c: pooled(64)}
+	for _, c := range concs {
+		var direct, viaHub []string
+		for range c {
+			id, _, err := client.create(ctx, stub.url, stubCaps)
+			if err != nil {
+				return nil, err
+			}
+			direct = append(direct, id)
+			id, code, err := client.create(ctx, hub.url+"/wd/hub", stubCaps)
+			if err != nil || code != 200 {
+				return nil, fmt.Errorf("hub create: %d %v", code, err)
+			}
+			viaHub = append(viaHub, id)
+		}
+		dl, de, err := loop(stub.url, direct, d, maxCmds)
+		if err != nil {
+			return nil, err
+		}
+		hl, he, err := loop(hub.url+"/wd/hub", viaHub, d, maxCmds)
+		if err != nil {
+			return nil, err
+		}
+		o50 := percentile(hl, 50) - percentile(dl, 50)
+		o99 := percentile(hl, 99) - percentile(dl, 99)
+		cs := strconv.Itoa(c)
+		r.Rows = append(r.Rows,
+			[]string{cs, "direct", fmt.Sprintf("%.0f", float64(len(dl))/de.Seconds()), ms(percentile(dl, 50)), ms(percentile(dl, 95)), ms(percentile(dl, 99)), "", ""},
+			[]string{cs, "hub", fmt.Sprintf("%.0f", float64(len(hl))/he.Seconds()), ms(percentile(hl, 50)), ms(percentile(hl, 95)), ms(percentile(hl, 99)),
+				fmt.Sprintf("%.0f", float64(o50)/1e3), fmt.Sprintf("%.0f", float64(o99)/1e3)})
+		for k, v := range map[string]time.Duration{"direct_p50": percentile(dl, 50), "direct_p95": percentile(dl, 95), "direct_p99": percentile(dl, 99),
+			"hub_p50": percentile(hl, 50), "hub_p95": percentile(hl, 95), "hub_p99": percentile(hl, 99), "overhead_p50": o50, "overhead_p99": o99} {
+			r.Figures[fmt.Sprintf("c%d_%s_ms", c, k)] = float64(v) / 1e6
+		}
+		r.Figures[fmt.Sprintf("c%d_ratio_p50", c)] = float64(percentile(hl, 50)) / float64(percentile(dl, 50))
+		if c == 4 {
+			r.target("proxy overhead p50 at 4 sessions (µs over direct)", float64(o50)/1e3, 150, "µs")
+			r.target("proxy overhead p99 at 4 sessions (µs over direct)", float64(o99)/1e3, 800, "µs")
+		}
+		for _, id := range viaHub {
+			client.remove(hub.url+"/wd/hub", id)
+		}
+	}
+	return r, nil
+}
+
+// Churn runs C clients doing create → K commands → delete for a while.
+func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, error) {
+	hub, err := e.startHub(ctx, e.stubBrowsers(), "-limit", strconv.Itoa(c))
+	if err != nil {
+		return nil, err
+	}
+	defer hub.stop()
+	w := wd{c: pooled(c)}
+	var mu sync.Mutex
+	var creates []time.Duration
+	errs := map[string]int{}
+	var sessions atomic.Int64
+	cpu0 := cpuSeconds(hub.pid())
+	t0 := time.Now()
+	deadline := t0.Add(d)
+	var rssEarly float64
+	early := time.AfterFunc(d/10, func() { rssEarly = rss(hub.pid()) })
+	defer early.Stop()
+	var wg sync.WaitGroup
+	for range c {
+		wg.Go(func() {
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				s := time.Now()
+				id, code, err := w.create(ctx, hub.url+"/wd/hub", stubCaps)
+				took := time.Since(s)
+				if err != nil || code != 200 {
+					mu.Lock()
+					errs[fmt.Sprintf("create %d %v", code, err)]++
+					mu.Unlock()
+					continue
+				}
+				for range k {
+					if code, err := w.command(hub.url+"/wd/hub", id); err != nil || code != 200 {
+						mu.Lock()
+						errs[fmt.Sprintf("command %d", code)]++
+						mu.Unlock()
+					}
+				}
+				w.remove(hub.url+"/wd/hub", id)
+				sessions.Add(1)
+				mu.Lock()
+				creates = append(creates, took)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(t0)
+	rssEnd := rss(hub.pid())
+	cpu := cpuSeconds(hub.pid()) - cpu0
+	sortDurations(creates)
+	n := float64(sessions.Load())
+	r := &Result{Scenario: "churn", Figures: map[string]float64{
+		"sessions":             n,
+		"sessions_per_s":       n / elapsed.Seconds(),
+		"create_p50_ms":        float64(percentile(creates, 50)) / 1e6,
+		"create_p95_ms":        float64(percentile(creates, 95)) / 1e6,
+		"create_p99_ms":        float64(percentile(creates, 99)) / 1e6,
+		"cpu_s_per_1000":       cpu / n * 1000,
+		"rss_early_mb":         rssEarly / (1 << 20),
+		"rss_end_mb":           rssEnd / (1 << 20),
+		"rss_end_over_early":   rssEnd / rssEarly,
+		"duration_s":           elapsed.Seconds(),
+		"concurrency":          float64(c),
+		"commands_per_session": float64(k),
+	}, Header: []string{"clients", "sessions", "sessions/s", "create p50 ms", "p95 ms", "p99 ms", "hub CPU s/1000", "RSS at d/10 MB", "RSS end MB", "errors"}}
+	r.Rows = append(r.Rows, []string{strconv.Itoa(c), fmt.Sprint(n), fmt.Sprintf("%.1f", n/elapsed.Seconds()), ms(percentile(creates, 50)), ms(percentile(creates, 95)), ms(percentile(creates, 99)),
+		fmt.Sprintf("%.2f", cpu/n*1000), fmt.Sprintf("%.1f", rssEarly/(1<<20)), fmt.Sprintf("%.1f", rssEnd/(1<<20)), fmt.Sprint(errs)})
+	r.target("session creation p50 with the stub as a local process", float64(percentile(creates, 50))/1e6, 10, "ms")
+	r.target("RSS at the end over RSS at a tenth of the run", rssEnd/rssEarly, 1.2, "×")
+	if len(errs) > 0 {
+		return r, fmt.Errorf("churn errors: %v", errs)
+	}
+	return r, nil
+}
+
+// Waiters queues M requests behind L held slots and measures what a waiting
+// request costs the hub, then hands slots over and measures the hand-off.
+func (e *Env) Waiters(ctx context.Context, l, m, handoffs int) (*Result, error) {
+	hub, err := e.startHub(ctx, e.stubBrowsers(), "-limit", strconv.Itoa(l))
+	if err != nil {
+		return nil, err
+	}
+	defer hub.stop()
+	ctl := wd{c: pooled(8)}
+	var held []string
+	for range l {
+		id, code, err := ctl.create(ctx, hub.url+"/wd/hub", stubCaps)
+		if err != nil || code != 200 {
+			return nil, fmt.Errorf("hold: %d %v", code, err)
+		}
+		held = append(held, id)
+	}
+	runtime.GC()
+	time.Sleep(200 * time.Millisecond)
+	rss0, gor0 := rss(hub.pid()), metric(ctl.c, hub.url, "go_goroutines")
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type arrival struct {
+		id string
+		at time.Time
+	}
+	served := make(chan arrival, m)
+	// Each waiter has its own connection, as separate CI jobs would.
+	tr := &http.Transport{MaxIdleConnsPerHost: -1, DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	wc := wd{c: &http.Client{Transport: tr}}
+	var wg sync.WaitGroup
+	for range m {
+		wg.Go(func() {
+			id, code, err := wc.create(wctx, hub.url+"/wd/hub", stubCaps)
+			if err == nil && code == 200 {
+				served <- arrival{id: id, at: time.Now()}
+			}
+		})
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for statusField(ctl.c, hub.url, "queued") < float64(m) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	queued := statusField(ctl.c, hub.url, "queued")
+	rssPeak, gorPeak := rss(hub.pid()), metric(ctl.c, hub.url, "go_goroutines")
+	// Hand-off: free one slot, time until the next waiter's session exists.
+	var hand []time.Duration
+	for i := 0; i < handoffs && i < m; i++ {
+		id := held[0]
+		held = held[1:]
+		t0 := time.Now()
+		ctl.remove(hub.url+"/wd/hub", id)
+		freed := time.Now()
+		a := <-served
+		_ = t0
+		hand = append(hand, a.at.Sub(freed))
+		held = append(held, a.id)
+	}
+	sortDurations(hand)
+	cancel()
+	wg.Wait()
+	for _, id := range held {
+		ctl.remove(hub.url+"/wd/hub", id)
+	}
+	close(served)
+	for a := range served {
+		ctl.remove(hub.url+"/wd/hub", a.id)
+	}
+	deadline = time.Now().Add(time.Minute)
+	for statusField(ctl.c, hub.url, "queued") > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	rssAfter, gorAfter := rss(hub.pid()), metric(ctl.c, hub.url, "go_goroutines")
+	perWaiter := (rssPeak - rss0) / float64(m)
+	r := &Result{Scenario: "waiters", Figures: map[string]float64{
+		"waiters": float64(m), "queued_seen": queued,
+		"rss_before_mb": rss0 / (1 << 20), "rss_peak_mb": rssPeak / (1 << 20), "rss_after_mb": rssAfter / (1 << 20),
+		"goroutines_before": gor0, "goroutines_peak": gorPeak, "goroutines_after": gorAfter,
+		"bytes_per_waiter": perWaiter,
+		"handoff_p50_ms":   float64(percentile(hand, 50)) / 1e6, "handoff_p99_ms": float64(percentile(hand, 99)) / 1e6,
+	}, Header: []string{"waiters", "RSS before/peak/after MB", "goroutines before/peak/after", "bytes/waiter", "freed slot → next session p50/p99 ms"}}
+	r.Rows = append(r.Rows, []string{strconv.Itoa(m),
+		fmt.Sprintf("%.1f / %.1f / %.1f", rss0/(1<<20), rssPeak/(1<<20), rssAfter/(1<<20)),
+		fmt.Sprintf("%.0f / %.0f / %.0f", gor0, gorPeak, gorAfter),
+		fmt.Sprintf("%.0f", perWaiter), fmt.Sprintf("%s / %s", ms(percentile(hand, 50)), ms(percentile(hand, 99)))})
+	r.target("RSS per waiter", perWaiter/1024, 16, "KiB")
+	r.target("freed slot → next waiter's session created, p99 (includes starting its driver)", float64(percentile(hand, 99))/1e6, 1, "ms")
+	r.Notes = append(r.Notes, "the hand-off figure includes starting the next stub driver process and its new-session call; the queue's own hand-off is BenchmarkHandOff in internal/queue")
+	if gorAfter > gor0+10 {
+		r.Notes = append(r.Notes, fmt.Sprintf("goroutines did not return: %0.f before, %.0f after", gor0, gorAfter))
+	}
+	return r, nil
+}
+
+// Jam runs a grid whose browsers never become ready and sends one arrival per
+// interval; it records each arrival's answer and when the grid reports congestion.
+func (e *Env) Jam(ctx context.Context, queueTimeout, every, d time.Duration) (*Result, []JamPoint, error) {
+	slow := fmt.Sprintf(`"slow": {"default": "1", "versions": {"1": {"image": [%q, "-listen-delay", "1h"], "path": "/"}}}`, e.Stub)
+	hub, err := e.startHub(ctx, e.stubBrowsers(slow), "-limit", "2", "-queue-timeout", queueTimeout.String(), "-service-startup-timeout", "1h", "-start-gate", "off")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer hub.stop()
+	saturated := max(queueTimeout/10, time.Second)
+	w := wd{c: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}}
+	caps := `{"capabilities":{"alwaysMatch":{"browserName":"slow"}}}`
+	start := time.Now()
+	var congestedAt atomic.Int64
+	congestedAt.Store(-1)
+	stopPoll := make(chan struct{})
+	go func() {
+		mc := &http.Client{}
+		for {
+			select {
+			case <-stopPoll:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if congestedAt.Load() < 0 && metric(mc, hub.url, "websummoner_queue_congested") == 1 {
+				congestedAt.Store(int64(time.Since(start)))
+			}
+		}
+	}()
+	var mu sync.Mutex
+	var points []JamPoint
+	var wg sync.WaitGroup
+	for at := time.Duration(0); at < d; at += every {
+		time.Sleep(time.Until(start.Add(at)))
+		wg.Go(func() {
+			s := time.Now()
+			rctx, cancel := context.WithTimeout(ctx, queueTimeout+saturated+30*time.Second)
+			defer cancel()
+			_, code, err := w.create(rctx, hub.url+"/wd/hub", caps)
+			if err != nil {
+				code = 0
+			}
+			mu.Lock()
+			points = append(points, JamPoint{Arrival: s.Sub(start), Answer: time.Since(s), Status: code})
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	close(stopPoll)
+	sort.Slice(points, func(i, j int) bool { return points[i].Arrival < points[j].Arrival })
+	cAt := time.Duration(congestedAt.Load())
+	after, within := 0, 0
+	var worst time.Duration
+	for _, p := range points {
+		if cAt >= 0 && p.Arrival > cAt {
+			after++
+			worst = max(worst, p.Answer)
+			if p.Answer <= saturated+time.Second && p.Status == 429 {
+				within++
+			}
+		}
+	}
+	share := 0.0
+	if after > 0 {
+		share = float64(within) / float64(after)
+	}
+	r := &Result{Scenario: "jam", Figures: map[string]float64{
+		"queue_timeout_s": queueTimeout.Seconds(), "saturated_budget_s": saturated.Seconds(),
+		"congested_at_s": cAt.Seconds(), "arrivals": float64(len(points)), "post_saturation": float64(after),
+		"post_saturation_within_budget_share": share, "worst_post_saturation_answer_s": worst.Seconds(),
+	}, Header: []string{"arrival s", "answered after s", "status"}}
+	for _, p := range points {
+		r.Rows = append(r.Rows, []string{fmt.Sprintf("%.2f", p.Arrival.Seconds()), fmt.Sprintf("%.2f", p.Answer.Seconds()), strconv.Itoa(p.Status)})
+	}
+	r.Notes = append(r.Notes, fmt.Sprintf("websummoner_queue_congested turned 1 at %.2fs", cAt.Seconds()))
+	r.Targets = append(r.Targets, Target{Name: "post-saturation arrivals answered within saturated budget + 1s", Value: share * 100, Limit: 100, Unit: "%", Met: after > 0 && within == after})
+	return r, points, nil
+}
+
+// JamPoint is one arrival of the jam scenario.
+type JamPoint struct {
+	Arrival, Answer time.Duration
+	Status          int
+}
+
+// fakeHost is a Docker host with capacity K for the stampede: each stub start asks
+// it how long the start takes (1× base up to K concurrent starts, longer beyond)
+// and whether it fails (beyond K, or always while K is 0).
+type fakeHost struct {
+	mu       sync.Mutex
+	k        int
+	base     time.Duration
+	inFlight int
+	ok, fail int
+}
+
+func (h *fakeHost) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if r.URL.Path == "/end" {
+		h.inFlight--
+		return
+	}
+	h.inFlight++
+	n := h.inFlight
+	fail := h.k == 0 || n > h.k
+	delay := h.base
+	if h.k > 0 && n > h.k {
+		delay = time.Duration(float64(h.base) * float64(n) / float64(h.k))
+	}
+	if fail {
+		h.fail++
+	} else {
+		h.ok++
+	}
+	json.NewEncoder(w).Encode(map[string]any{"delayMs": delay.Milliseconds(), "fail": fail})
+}
+
+// Stampede queues n requests while the host is down, brings it back with capacity
+// k, and measures failed starts and the time until every request was served, with
+// the given -start-gate.
+func (e *Env) Stampede(ctx context.Context, gate string, n, k int, outage, hold, capTime time.Duration) (*Result, error) {
+	host := &fakeHost{base: 200 * time.Millisecond}
+	hs := httptest.NewServer(host)
+	defer hs.Close()
+	stub := fmt.Sprintf(`"stub": {"default": "1", "versions": {"1": {"image": [%q, "-capacity-url", %q], "path": "/"}}}`, e.Stub, hs.URL)
+	hub, err := e.startHub(ctx, "{"+stub+"}", "-limit", "20", "-start-gate", gate, "-service-startup-timeout", "5s")
+	if err != nil {
+		return nil, err
+	}
+	defer hub.stop()
+	w := wd{c: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}}
+	rctx, cancel := context.WithTimeout(ctx, outage+capTime)
+	defer cancel()
+	var served atomic.Int64
+	var lastServed atomic.Int64
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(i), 11))
+			for rctx.Err() == nil {
+				id, code, err := w.create(rctx, hub.url+"/wd/hub", stubCaps)
+				if err == nil && code == 200 {
+					served.Add(1)
+					lastServed.Store(int64(time.Since(t0)))
+					time.Sleep(hold)
+					w.remove(hub.url+"/wd/hub", id)
+					return
+				}
+				select { // the client's retry back-off
+				case <-time.After(time.Duration(500+rng.IntN(1500)) * time.Millisecond):
+				case <-rctx.Done():
+				}
+			}
+		})
+	}
+	time.Sleep(outage)
+	host.mu.Lock()
+	host.k = k
+	failsAtRecovery := host.fail
+	host.mu.Unlock()
+	recovered := time.Since(t0)
+	wg.Wait()
+	host.mu.Lock()
+	fails, oks := host.fail, host.ok
+	host.mu.Unlock()
+	drain := time.Duration(lastServed.Load()) - recovered
+	done := served.Load() == int64(n)
+	if !done {
+		drain = time.Since(t0) - recovered
+	}
+	r := &Result{Scenario: "stampede-" + gate, Figures: map[string]float64{
+		"requests": float64(n), "capacity": float64(k), "served": float64(served.Load()),
+		"failed_starts": float64(fails), "failed_starts_after_recovery": float64(fails - failsAtRecovery),
+		"ok_starts": float64(oks), "drain_s": drain.Seconds(),
+	}, Header: []string{"start gate", "served", "failed starts (after recovery)", "time to drain s"}}
+	drained := fmt.Sprintf("%.1f", drain.Seconds())
+	if !done {
+		drained = "not drained after " + drained
+	}
+	r.Rows = append(r.Rows, []string{gate, fmt.Sprintf("%d/%d", served.Load(), n), fmt.Sprintf("%d (%d)", fails, fails-failsAtRecovery), drained})
+	return r, nil
+}

@@ -1,0 +1,104 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+type svg struct{ b strings.Builder }
+
+func newSVG(w, h int, title string) *svg {
+	s := &svg{}
+	fmt.Fprintf(&s.b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
+	fmt.Fprintf(&s.b, `<rect width="100%%" height="100%%" fill="white"/><text x="%d" y="20" text-anchor="middle" font-size="15">%s</text>`+"\n", w/2, title)
+	return s
+}
+
+func (s *svg) add(format string, a ...any) { fmt.Fprintf(&s.b, format+"\n", a...) }
+
+func (s *svg) save(path string) error {
+	s.b.WriteString("</svg>\n")
+	return os.WriteFile(path, []byte(s.b.String()), 0o644)
+}
+
+// LatencyChart draws p50 and p99 command latency, direct and through the hub, per
+// concurrency, from a proxy Result.
+func LatencyChart(r *Result, concs []int, path string) error {
+	const w, h, left, bottom, top = 720, 380, 60, 320, 40
+	maxV := 0.0
+	for _, c := range concs {
+		for _, k := range []string{"direct_p50", "direct_p99", "hub_p50", "hub_p99"} {
+			maxV = max(maxV, r.Figures[fmt.Sprintf("c%d_%s_ms", c, k)])
+		}
+	}
+	maxV *= 1.15
+	s := newSVG(w, h, "WebDriver command latency: direct to the driver vs through the hub (same run)")
+	s.add(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`, left, bottom, w-20, bottom)
+	s.add(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`, left, top, left, bottom)
+	for i := 0; i <= 4; i++ {
+		v := maxV * float64(i) / 4
+		y := bottom - int(float64(bottom-top)*float64(i)/4)
+		s.add(`<text x="%d" y="%d" text-anchor="end">%.2f</text><line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#ddd"/>`, left-5, y+4, v, left, y, w-20, y)
+	}
+	s.add(`<text x="15" y="%d" transform="rotate(-90 15 %d)" text-anchor="middle">ms</text>`, (top+bottom)/2, (top+bottom)/2)
+	colors := map[string]string{"direct_p50": "#9ecae1", "direct_p99": "#3182bd", "hub_p50": "#fdae6b", "hub_p99": "#e6550d"}
+	keys := []string{"direct_p50", "direct_p99", "hub_p50", "hub_p99"}
+	group := (w - 20 - left) / len(concs)
+	bar := group / 6
+	for gi, c := range concs {
+		x0 := left + gi*group + bar
+		for ki, k := range keys {
+			v := r.Figures[fmt.Sprintf("c%d_%s_ms", c, k)]
+			bh := int(float64(bottom-top) * v / maxV)
+			s.add(`<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`, x0+ki*bar, bottom-bh, bar-2, bh, colors[k])
+		}
+		s.add(`<text x="%d" y="%d" text-anchor="middle">%d sessions</text>`, x0+2*bar, bottom+18, c)
+	}
+	for i, k := range keys {
+		s.add(`<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`, left+10+i*150, h-22, colors[k], left+26+i*150, h-12, strings.ReplaceAll(k, "_", " "))
+	}
+	return s.save(path)
+}
+
+// JamChart draws each jam arrival: when it came, how long until it was answered,
+// and with what; and the moment the hub reported congestion.
+func JamChart(r *Result, points []JamPoint, path string) error {
+	const w, h, left, bottom, top = 720, 400, 60, 340, 40
+	maxX, maxY := 0.0, 0.0
+	for _, p := range points {
+		maxX = max(maxX, (p.Arrival + p.Answer).Seconds())
+		maxY = max(maxY, p.Answer.Seconds())
+	}
+	maxX, maxY = maxX*1.05, maxY*1.1
+	px := func(v float64) int { return left + int(float64(w-20-left)*v/maxX) }
+	py := func(v float64) int { return bottom - int(float64(bottom-top)*v/maxY) }
+	s := newSVG(w, h, fmt.Sprintf("Jam: -queue-timeout %.0fs, browsers that never start; one arrival each step", r.Figures["queue_timeout_s"]))
+	s.add(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/><line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`, left, bottom, w-20, bottom, left, top, left, bottom)
+	for i := 0; i <= 4; i++ {
+		y := maxY * float64(i) / 4
+		x := maxX * float64(i) / 4
+		s.add(`<text x="%d" y="%d" text-anchor="end">%.1f</text>`, left-5, py(y)+4, y)
+		s.add(`<text x="%d" y="%d" text-anchor="middle">%.0f</text>`, px(x), bottom+16, x)
+	}
+	s.add(`<text x="%d" y="%d" text-anchor="middle">arrival (s)</text>`, (left+w)/2, bottom+34)
+	s.add(`<text x="15" y="%d" transform="rotate(-90 15 %d)" text-anchor="middle">time to answer (s)</text>`, (top+bottom)/2, (top+bottom)/2)
+	if c := r.Figures["congested_at_s"]; c >= 0 {
+		s.add(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#e6550d" stroke-dasharray="4"/><text x="%d" y="%d" fill="#e6550d">congested = 1</text>`, px(c), top, px(c), bottom, px(c)+4, top+12)
+	}
+	limit := r.Figures["saturated_budget_s"] + 1
+	s.add(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#31a354" stroke-dasharray="2"/><text x="%d" y="%d" fill="#31a354">saturated budget + 1s</text>`, left, py(limit), w-20, py(limit), w-170, py(limit)-4)
+	for _, p := range points {
+		color := "#999"
+		if p.Status == 429 {
+			color = "#de2d26"
+		} else if p.Status == 200 {
+			color = "#31a354"
+		}
+		s.add(`<circle cx="%d" cy="%d" r="4" fill="%s"/>`, px(p.Arrival.Seconds()), py(p.Answer.Seconds()), color)
+	}
+	s.add(`<circle cx="%d" cy="%d" r="4" fill="#de2d26"/><text x="%d" y="%d">429</text>`, left+10, h-14, left+18, h-10)
+	_ = time.Second
+	return s.save(path)
+}
