@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -115,6 +116,7 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 		Transport:     transport,
 		ErrorHandler:  h.proxyError,
 		FlushInterval: -1,
+		BufferPool:    &bufferPool{},
 	}
 	var err error
 	if h.m, err = newMetrics(h, reg); err != nil {
@@ -526,3 +528,16 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
+
+// bufferPool reuses ReverseProxy's copy buffers: without it every proxied command
+// allocates 32 KiB.
+type bufferPool struct{ p sync.Pool }
+
+func (b *bufferPool) Get() []byte {
+	if v, ok := b.p.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, 32<<10)
+}
+
+func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
