@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"runtime"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -72,5 +73,50 @@ func BenchmarkWaiters10000(b *testing.B) {
 		if st := q.Stats(); st.Waiting != 0 || st.InUse != 0 {
 			b.Fatalf("leak: %+v", st)
 		}
+	}
+}
+
+// BenchmarkHandOff measures, with 5,000 requests waiting, the time from a slot's
+// release to the oldest waiter's Acquire returning with it.
+func BenchmarkHandOff(b *testing.B) {
+	const n = 5000
+	q, err := New(Options{Limit: 1}, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	slot, _ := q.Acquire(context.Background(), Request{})
+	ctx, cancel := context.WithCancel(context.Background())
+	admitted := make(chan *Slot)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if s, out := q.Acquire(ctx, Request{}); out.Admitted {
+				admitted <- s
+			}
+		})
+	}
+	for q.Stats().Waiting < n {
+		runtime.Gosched()
+	}
+	var lat []time.Duration
+	for i := 0; i < b.N && i < n-1; i++ {
+		t0 := time.Now()
+		slot.Release()
+		slot = <-admitted
+		lat = append(lat, time.Since(t0))
+	}
+	cancel()
+	slot.Release()
+	go func() {
+		for s := range admitted {
+			s.Release()
+		}
+	}()
+	wg.Wait()
+	close(admitted)
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	if len(lat) > 0 {
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 	}
 }
