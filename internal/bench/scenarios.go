@@ -10,15 +10,17 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// loop runs conc workers, each issuing commands on its own session, for d or
-// until max commands in all, and returns every command's latency.
-func loop(base string, ids []string, d time.Duration, max int) ([]time.Duration, time.Duration, error) {
-	w := wd{c: pooled(len(ids))}
+// loop runs one worker per target, each issuing commands on its own session, for
+// d or until max commands in all, and returns every command's latency.
+// Each target is "base\x00session-id".
+func loop(targets []string, d time.Duration, max int) ([]time.Duration, time.Duration, error) {
+	w := wd{c: pooled(len(targets))}
 	var mu sync.Mutex
 	var lat []time.Duration
 	var count atomic.Int64
@@ -26,7 +28,8 @@ func loop(base string, ids []string, d time.Duration, max int) ([]time.Duration,
 	var wg sync.WaitGroup
 	t0 := time.Now()
 	deadline := t0.Add(d)
-	for _, id := range ids {
+	for _, target := range targets {
+		base, id, _ := strings.Cut(target, "\x00")
 		wg.Go(func() {
 			local := make([]time.Duration, 0, 1024)
 			for time.Now().Before(deadline) && count.Add(1) <= int64(max) {
@@ -59,15 +62,6 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 	if e.Short {
 		d, maxCmds = time.Second, 5000
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	stub, err := e.start(ctx, e.Stub, []string{"-port", strconv.Itoa(port)}, port, "listening")
-	if err != nil {
-		return nil, err
-	}
-	defer stub.stop()
 	hub, err := e.startHub(ctx, e.stubBrowsers(), "-limit", "64")
 	if err != nil {
 		return nil, err
@@ -77,24 +71,42 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 		Header: []string{"C", "path", "cmds/s", "p50 ms", "p95 ms", "p99 ms", "overhead p50 µs", "overhead p99 µs"}}
 	client := wd{c: pooled(64)}
 	for _, c := range concs {
+		// The baseline has what the hub has: one driver process per session.
+		var stubs []*proc
 		var direct, viaHub []string
 		for range c {
+			port, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			stub, err := e.start(ctx, e.Stub, []string{"-port", strconv.Itoa(port)}, port, "listening")
+			if err != nil {
+				return nil, err
+			}
+			stubs = append(stubs, stub)
 			id, _, err := client.create(ctx, stub.url, stubCaps)
 			if err != nil {
 				return nil, err
 			}
-			direct = append(direct, id)
+			direct = append(direct, stub.url+"\x00"+id)
 			id, code, err := client.create(ctx, hub.url+"/wd/hub", stubCaps)
 			if err != nil || code != 200 {
 				return nil, fmt.Errorf("hub create: %d %v", code, err)
 			}
 			viaHub = append(viaHub, id)
 		}
-		dl, de, err := loop(stub.url, direct, d, maxCmds)
+		dl, de, err := loop(direct, d, maxCmds)
+		for _, s := range stubs {
+			s.stop()
+		}
 		if err != nil {
 			return nil, err
 		}
-		hl, he, err := loop(hub.url+"/wd/hub", viaHub, d, maxCmds)
+		hubIDs := make([]string, len(viaHub))
+		for i, id := range viaHub {
+			hubIDs[i] = hub.url + "/wd/hub\x00" + id
+		}
+		hl, he, err := loop(hubIDs, d, maxCmds)
 		if err != nil {
 			return nil, err
 		}
@@ -290,7 +302,7 @@ func (e *Env) Waiters(ctx context.Context, l, m, handoffs int) (*Result, error) 
 	// Freed memory shows once the hub's GC runs: at the latest the runtime's
 	// forced collection every 2 minutes. Wait for it (bounded), not for RSS,
 	// which Go gives back to the OS lazily.
-	gcWait := 150 * time.Second
+	gcWait := 300 * time.Second
 	if e.Short {
 		gcWait = time.Second
 	}
@@ -299,6 +311,9 @@ func (e *Env) Waiters(ctx context.Context, l, m, handoffs int) (*Result, error) 
 		time.Sleep(time.Second)
 	}
 	rssAfter, gorAfter, memAfter := rss(hub.pid()), metric(ctl.c, hub.url, "go_goroutines"), inuse()
+	r0 := fmt.Sprintf("after: heap in use %.1f MB, stacks in use %.1f MB, heap objects %.0f",
+		metric(ctl.c, hub.url, "go_memstats_heap_inuse_bytes")/(1<<20), metric(ctl.c, hub.url, "go_memstats_stack_inuse_bytes")/(1<<20),
+		metric(ctl.c, hub.url, "go_memstats_heap_objects"))
 	perWaiter := (rssPeak - rss0) / float64(m)
 	r := &Result{Scenario: "waiters", Figures: map[string]float64{
 		"waiters": float64(m), "queued_seen": queued,
@@ -316,6 +331,7 @@ func (e *Env) Waiters(ctx context.Context, l, m, handoffs int) (*Result, error) 
 	r.target("RSS per waiter", perWaiter/1024, 16, "KiB")
 	r.target("freed slot → next waiter's session created, p99 (includes starting its driver)", float64(percentile(hand, 99))/1e6, 1, "ms")
 	r.Notes = append(r.Notes, "the hand-off figure includes starting the next stub driver process and its new-session call; the queue's own hand-off is BenchmarkHandOff in internal/queue")
+	r.Notes = append(r.Notes, r0)
 	r.Notes = append(r.Notes, "RSS after stays near the peak because Go returns freed pages to the OS lazily; the Go heap and stacks in use show what the waiters held and that it came back")
 	if gorAfter > gor0+10 {
 		r.Notes = append(r.Notes, fmt.Sprintf("goroutines did not return: %0.f before, %.0f after", gor0, gorAfter))
