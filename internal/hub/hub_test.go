@@ -21,6 +21,7 @@ import (
 
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/logtest"
 	"github.com/websummoner/websummoner/internal/queue"
 	"github.com/websummoner/websummoner/internal/session"
 	"github.com/websummoner/websummoner/internal/wdstub"
@@ -107,39 +108,8 @@ func (i *stubInstance) Stop(context.Context) error {
 	return nil
 }
 
-// events is a slog handler that passes every log line to the test, so the test can
-// wait for what the hub did (a session ended, a drain began) instead of polling.
-type events chan string
-
-func (e events) Enabled(context.Context, slog.Level) bool { return true }
-func (e events) WithAttrs([]slog.Attr) slog.Handler       { return e }
-func (e events) WithGroup(string) slog.Handler            { return e }
-func (e events) Handle(_ context.Context, r slog.Record) error {
-	select {
-	case e <- r.Message:
-	default:
-	}
-	return nil
-}
-
-// wait returns the first line (from now on) containing tag.
-func (e events) wait(t *testing.T, tag string) string {
-	t.Helper()
-	timeout := time.After(10 * time.Second)
-	for {
-		select {
-		case m := <-e:
-			if strings.Contains(m, tag) {
-				return m
-			}
-		case <-timeout:
-			t.Fatalf("no %s logged within 10s", tag)
-		}
-	}
-}
-
 type fixture struct {
-	ev   events
+	ev   logtest.Lines
 	t    *testing.T
 	hub  *Hub
 	srv  *httptest.Server
@@ -156,8 +126,9 @@ const testBrowsers = `{"chrome": {"default": "128.0", "versions": {
 
 func newFixture(t *testing.T, qopts queue.Options, hopts Options, l *stubLauncher) *fixture {
 	t.Helper()
-	f := &fixture{t: t, l: l, reg: prometheus.NewRegistry(), ev: make(events, 1000)}
-	log := slog.New(f.ev)
+	f := &fixture{t: t, l: l, reg: prometheus.NewRegistry()}
+	var log *slog.Logger
+	f.ev, log = logtest.New(1000)
 	bs, err := config.Parse([]byte(testBrowsers), true)
 	if err != nil {
 		t.Fatal(err)
@@ -368,7 +339,7 @@ func TestClientGoneDuringStart(t *testing.T) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("client err %v", err)
 	}
-	f.ev.wait(t, "[CLIENT_DISCONNECTED]")
+	f.ev.Wait(t, "[CLIENT_DISCONNECTED]", 10*time.Second)
 	if f.hub.pending.Load() != 0 {
 		t.Fatal("start still pending")
 	}
@@ -390,7 +361,7 @@ func TestCrashedBrowserGivesInvalidSessionID(t *testing.T) {
 	}
 	l.mu.Unlock()
 	inst.crash()
-	f.ev.wait(t, "[BROWSER_EXITED]")
+	f.ev.Wait(t, "[BROWSER_EXITED]", 10*time.Second)
 	resp, body := f.do("GET", "/session/"+id+"/url", "")
 	if code, msg := errOf(body); resp.StatusCode != 404 || code != "invalid session id" || !strings.Contains(msg, "browser exited") {
 		t.Fatalf("%d %q %q", resp.StatusCode, code, msg)
@@ -448,7 +419,7 @@ func TestDrain(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { f.hub.Drain(ctx); close(done) }()
-	f.ev.wait(t, "[DRAINING]")
+	f.ev.Wait(t, "[DRAINING]", 10*time.Second)
 	resp, body := f.do("POST", "/session", w3cChrome)
 	if code, _ := errOf(body); resp.StatusCode != 503 || code != "session not created" || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("while draining: %d %v", resp.StatusCode, body)

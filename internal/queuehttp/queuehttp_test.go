@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/websummoner/websummoner/internal/logtest"
 	"github.com/websummoner/websummoner/internal/queue"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
@@ -33,20 +34,6 @@ func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.slots <- slot
 	}
 	h.results <- ok
-}
-
-// queuedSignal is a slog handler that reports each [QUEUED] line, so a test with a
-// real client learns that its request is waiting without polling.
-type queuedSignal chan string
-
-func (c queuedSignal) Enabled(context.Context, slog.Level) bool { return true }
-func (c queuedSignal) WithAttrs([]slog.Attr) slog.Handler       { return c }
-func (c queuedSignal) WithGroup(string) slog.Handler            { return c }
-func (c queuedSignal) Handle(_ context.Context, r slog.Record) error {
-	if strings.Contains(r.Message, "[QUEUED]") {
-		c <- r.Message
-	}
-	return nil
 }
 
 func newHandler(t *testing.T, opts queue.Options) handler {
@@ -160,8 +147,8 @@ func TestDisabledOverHTTP(t *testing.T) {
 
 // A slot that frees while a request waits admits it: over a real connection.
 func TestSlotFreesFirst(t *testing.T) {
-	queued := make(queuedSignal, 1)
-	h := newHandlerLog(t, queue.Options{Limit: 1}, slog.New(queued))
+	queued, log := logtest.New(16)
+	h := newHandlerLog(t, queue.Options{Limit: 1}, log)
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	post(h, nil)
@@ -175,7 +162,7 @@ func TestSlotFreesFirst(t *testing.T) {
 		r.Body.Close()
 		resp <- r.StatusCode
 	}()
-	<-queued
+	queued.Wait(t, "[QUEUED]", 10*time.Second)
 	(<-h.slots).Release()
 	if code := <-resp; code != 200 {
 		t.Fatalf("status %d", code)
@@ -188,8 +175,8 @@ func TestSlotFreesFirst(t *testing.T) {
 // nothing, the waiter is gone and the slot goes to the next request. The request
 // has a body that the handler under test does not read itself: Admit must.
 func TestClientDisconnects(t *testing.T) {
-	queued := make(queuedSignal, 1)
-	q, err := queue.New(queue.Options{Limit: 1}, slog.New(queued), nil)
+	queued, log := logtest.New(16)
+	q, err := queue.New(queue.Options{Limit: 1}, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +201,7 @@ func TestClientDisconnects(t *testing.T) {
 		_, err := http.DefaultClient.Do(req)
 		errc <- err
 	}()
-	<-queued
+	queued.Wait(t, "[QUEUED]", 10*time.Second)
 	cancel()
 	if err := <-errc; err == nil {
 		t.Fatal("client got an answer")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/logtest"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
@@ -58,40 +58,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// logEvents passes log lines to the test, to wait on instead of polling.
-type logEvents chan string
-
-func (e logEvents) Enabled(context.Context, slog.Level) bool { return true }
-func (e logEvents) WithAttrs([]slog.Attr) slog.Handler       { return e }
-func (e logEvents) WithGroup(string) slog.Handler            { return e }
-func (e logEvents) Handle(_ context.Context, r slog.Record) error {
-	select {
-	case e <- r.Message:
-	default:
-	}
-	return nil
-}
-
-func (e logEvents) wait(t *testing.T, tag string) {
-	t.Helper()
-	timeout := time.After(30 * time.Second)
-	for {
-		select {
-		case m := <-e:
-			if strings.Contains(m, tag) {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("no %s within 30s", tag)
-		}
-	}
-}
-
 func instanceName(t *testing.T) string {
 	return strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())) + fmt.Sprint(os.Getpid())
 }
 
-func newLauncher(t *testing.T, opts Options, eng Engine) (*Launcher, logEvents) {
+func newLauncher(t *testing.T, opts Options, eng Engine) (*Launcher, logtest.Lines) {
 	t.Helper()
 	if opts.StartupTimeout == 0 {
 		opts.StartupTimeout = 20 * time.Second
@@ -105,8 +76,8 @@ func newLauncher(t *testing.T, opts Options, eng Engine) (*Launcher, logEvents) 
 	if eng == nil {
 		eng = engine
 	}
-	ev := make(logEvents, 1000)
-	l, err := New(opts, eng, slog.New(ev), prometheus.NewRegistry())
+	ev, log := logtest.New(1000)
+	l, err := New(opts, eng, log, prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,17 +253,17 @@ func (f *flakyEngine) Ping(ctx context.Context) (types.Ping, error) {
 func TestEngineDownThenBack(t *testing.T) {
 	eng := &flakyEngine{Client: engine}
 	reg := prometheus.NewRegistry()
-	ev := make(logEvents, 1000)
-	l, err := New(Options{Instance: instanceName(t), StartupTimeout: 20 * time.Second, StopTimeout: 10 * time.Second, HealthInterval: 20 * time.Millisecond}, eng, slog.New(ev), reg)
+	ev, log := logtest.New(1000)
+	l, err := New(Options{Instance: instanceName(t), StartupTimeout: 20 * time.Second, StopTimeout: 10 * time.Second, HealthInterval: 20 * time.Millisecond}, eng, log, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go l.Run(ctx)
-	ev.wait(t, "[DOCKER_UP]")
+	ev.Wait(t, "[DOCKER_UP]", 30*time.Second)
 	eng.down.Store(true)
-	ev.wait(t, "[DOCKER_DOWN]")
+	ev.Wait(t, "[DOCKER_DOWN]", 30*time.Second)
 	if ready, why := l.Ready(); ready || !strings.Contains(why, "injected") {
 		t.Fatalf("ready %v %q", ready, why)
 	}
@@ -306,7 +277,7 @@ func TestEngineDownThenBack(t *testing.T) {
 		t.Fatalf("check while down: %v after %v", err, time.Since(t0))
 	}
 	eng.down.Store(false)
-	ev.wait(t, "[DOCKER_UP]")
+	ev.Wait(t, "[DOCKER_UP]", 30*time.Second)
 	inst, err := l.Start(context.Background(), stubRequest())
 	if err != nil {
 		t.Fatalf("no recovery: %v", err)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/logtest"
 )
 
 // These tests run real processes: the repository's stub WebDriver, built once.
@@ -292,22 +292,9 @@ func TestDriverLogsToDir(t *testing.T) {
 	}
 }
 
-type lines chan string
-
-func (c lines) Enabled(context.Context, slog.Level) bool { return true }
-func (c lines) WithAttrs([]slog.Attr) slog.Handler       { return c }
-func (c lines) WithGroup(string) slog.Handler            { return c }
-func (c lines) Handle(_ context.Context, r slog.Record) error {
-	select {
-	case c <- r.Message:
-	default:
-	}
-	return nil
-}
-
 func TestCaptureDriverLogs(t *testing.T) {
-	got := make(lines, 100)
-	l := New(Options{StartupTimeout: 10 * time.Second, StopTimeout: time.Second, Instance: "capture", CaptureLogs: true}, slog.New(got))
+	got, log := logtest.New(100)
+	l := New(Options{StartupTimeout: 10 * time.Second, StopTimeout: time.Second, Instance: "capture", CaptureLogs: true}, log)
 	inst, err := l.Start(context.Background(), req())
 	if err != nil {
 		t.Fatal(err)
