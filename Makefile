@@ -23,8 +23,8 @@ images:
 	images/chromium/build.sh
 
 test: deps vet images
-	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) bench-short
+	$(GO) test -race -count=1 -timeout 20m ./...
 
 unit:
 	$(GO) test -race -count=1 ./internal/... ./cmd/...
