@@ -292,3 +292,24 @@ func TestOptionsValidation(t *testing.T) {
 
 // stampedeCap bounds the side-by-side run in fake time.
 var stampedeCap = 30 * time.Minute
+
+// While the engine is down no start is attempted; when it answers again the gate
+// is half-open: one probe start, then it ramps up from there.
+func TestEngineHealthHalfOpen(t *testing.T) {
+	g, _ := New(Options{Limit: 8, Initial: 4}, nil, nil)
+	g.SetHealthy(false)
+	if g.TryStart() || g.CanStart() {
+		t.Fatal("a start was permitted while the engine is down")
+	}
+	g.SetHealthy(true)
+	if st := g.Stats(); st.Limit != 1 || !st.Healthy {
+		t.Fatalf("after recovery: %+v, want half-open at 1", st)
+	}
+	if !g.TryStart() || g.TryStart() {
+		t.Fatal("half-open must permit exactly one probe")
+	}
+	g.FinishStart(queue.StartSucceeded, time.Second)
+	if !g.CanStart() {
+		t.Fatal("the probe's success did not let the next start through")
+	}
+}
