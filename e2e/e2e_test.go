@@ -300,7 +300,7 @@ func TestRealChromiumThroughHub(t *testing.T) {
 	if n := browserProcesses(); len(n) != 0 {
 		t.Logf("browser processes before the test (not ours): %v", n)
 	}
-	h := startHub(t, "-limit", "2")
+	h := startHub(t, "-limit", "2", "-start-gate", "off") // this test is about the queue; the gate has its own
 	page := pageServer(t)
 	dir := t.TempDir()
 
