@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/websummoner/websummoner/internal/logtag"
+	wsmetrics "github.com/websummoner/websummoner/internal/metrics"
 	"github.com/websummoner/websummoner/internal/queue"
 )
 
@@ -376,12 +377,8 @@ func newMetrics(g *Gate, reg prometheus.Registerer) (*metrics, error) {
 		Name: "websummoner_gate_baseline_seconds",
 		Help: "The slowly moving baseline of successful start latency.",
 	}, func() float64 { return g.Stats().Baseline })
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.limit, m.outcomes, inFlight, baseline} {
-			if err := reg.Register(c); err != nil {
-				return nil, err
-			}
-		}
+	if err := wsmetrics.Register(reg, m.limit, m.outcomes, inFlight, baseline); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -1,6 +1,10 @@
 package hub
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	wsmetrics "github.com/websummoner/websummoner/internal/metrics"
+)
 
 type metrics struct {
 	created       prometheus.Counter
@@ -28,12 +32,8 @@ func newMetrics(h *Hub, reg prometheus.Registerer) (*metrics, error) {
 		Name: "websummoner_sessions_pending",
 		Help: "Sessions being started now (admitted, not yet created).",
 	}, func() float64 { return float64(h.pending.Load()) })
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.created, m.startSeconds, m.startFailures, pending} {
-			if err := reg.Register(c); err != nil {
-				return nil, err
-			}
-		}
+	if err := wsmetrics.Register(reg, m.created, m.startSeconds, m.startFailures, pending); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

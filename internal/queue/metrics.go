@@ -2,6 +2,8 @@ package queue
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	wsmetrics "github.com/websummoner/websummoner/internal/metrics"
 )
 
 type metrics struct {
@@ -56,12 +58,8 @@ func newMetrics(q *Queue, reg prometheus.Registerer) (*metrics, error) {
 			Help: "Seconds since the last fast admission; above -queue-timeout the grid is saturated.",
 		}, func() float64 { return q.Stats().Idle.Seconds() }),
 	}
-	if reg != nil {
-		for _, c := range collectors {
-			if err := reg.Register(c); err != nil {
-				return nil, err
-			}
-		}
+	if err := wsmetrics.Register(reg, collectors...); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

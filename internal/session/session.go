@@ -17,6 +17,7 @@ import (
 
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
+	"github.com/websummoner/websummoner/internal/metrics"
 )
 
 // Reasons a session ends; the values of the ended_total metric's reason label.
@@ -111,12 +112,8 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Registr
 		Name: "websummoner_sessions_active",
 		Help: "Sessions running now.",
 	}, func() float64 { return float64(r.Len()) })
-	if reg != nil {
-		for _, c := range []prometheus.Collector{r.ended, active} {
-			if err := reg.Register(c); err != nil {
-				return nil, err
-			}
-		}
+	if err := metrics.Register(reg, r.ended, active); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
+	"github.com/websummoner/websummoner/internal/metrics"
 )
 
 // Labels every container of this hub carries.
@@ -170,10 +171,8 @@ func New(opts Options, engine Engine, logger *slog.Logger, reg prometheus.Regist
 		}
 		return 0
 	})
-	if reg != nil {
-		if err := reg.Register(up); err != nil {
-			return nil, err
-		}
+	if err := metrics.Register(reg, up); err != nil {
+		return nil, err
 	}
 	return l, nil
 }
