@@ -22,10 +22,8 @@ type sessionKey struct{}
 
 // proxyCommand forwards /session/{id}/… to the session's driver.
 func (h *Hub) proxyCommand(w http.ResponseWriter, r *http.Request) {
-	id := mux.Vars(r)["id"]
-	s, ok := h.sessions.Begin(id)
+	s, ok := h.begin(w, r)
 	if !ok {
-		h.unknownSession(w, id)
 		return
 	}
 	defer h.sessions.Done(s)
@@ -35,10 +33,8 @@ func (h *Hub) proxyCommand(w http.ResponseWriter, r *http.Request) {
 // deleteSession forwards DELETE to the driver, then ends the session: browser
 // stopped, slot released, whatever the driver answered.
 func (h *Hub) deleteSession(w http.ResponseWriter, r *http.Request) {
-	id := mux.Vars(r)["id"]
-	s, ok := h.sessions.Begin(id)
+	s, ok := h.begin(w, r)
 	if !ok {
-		h.unknownSession(w, id)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.opts.SessionDeleteTimeout)
@@ -46,7 +42,7 @@ func (h *Hub) deleteSession(w http.ResponseWriter, r *http.Request) {
 	h.proxy.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, sessionKey{}, s)))
 	cancel()
 	h.sessions.Done(s)
-	h.sessions.End(id, session.ReasonDeleted)
+	h.sessions.End(s.ID, session.ReasonDeleted)
 	if rec.status == http.StatusOK {
 		for k, v := range rec.header {
 			w.Header()[k] = v
@@ -59,12 +55,20 @@ func (h *Hub) deleteSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"value": nil})
 }
 
-func (h *Hub) unknownSession(w http.ResponseWriter, id string) {
+// begin looks up the request's session and holds its idle timer (release with
+// sessions.Done); for an unknown session it answers invalid session id, saying
+// why a recently ended one ended.
+func (h *Hub) begin(w http.ResponseWriter, r *http.Request) (*session.Session, bool) {
+	id := mux.Vars(r)["id"]
+	if s, ok := h.sessions.Begin(id); ok {
+		return s, true
+	}
 	msg := fmt.Sprintf("session %s is not known to this hub: it never existed here or ended long ago", id)
 	if why, ok := h.sessions.Ended(id); ok {
 		msg = fmt.Sprintf("session %s has ended: %s", id, why)
 	}
 	webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidSessionID, msg)
+	return nil, false
 }
 
 // rewrite points a proxied request at the session's driver: the driver's base URL
