@@ -99,7 +99,9 @@ func launch(t *testing.T, cmd *exec.Cmd, addr string, startup time.Duration) *hu
 	t.Helper()
 	pr, pw := io.Pipe()
 	h := &hub{cmd: cmd, url: "http://" + addr, logs: &lockedBuffer{}, done: make(chan error, 1), lines: make(chan string, 10000)}
-	cmd.Stdout, cmd.Stderr = io.MultiWriter(pw, h.logs), io.MultiWriter(pw, h.logs)
+	// The buffer first: a line the scanner has seen is then always in h.logs too,
+	// even when the hub wrote it before [INIT] and await can no longer see it.
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(h.logs, pw), io.MultiWriter(h.logs, pw)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -229,8 +231,8 @@ func (h *hub) metric(t *testing.T, sample string) float64 {
 	return v
 }
 
-// browserProcesses lists live chromedriver and Chromium processes (zombies are
-// already dead and are not counted).
+// browserProcesses lists live chromedriver and Chromium processes as "pid:name"
+// (zombies are already dead and are not counted).
 func browserProcesses() []string {
 	var out []string
 	entries, _ := os.ReadDir("/proc")
@@ -297,8 +299,12 @@ func checkResult(t *testing.T, r clientResult, shot string) {
 
 func TestRealChromiumThroughHub(t *testing.T) {
 	requireRealParts(t)
-	if n := browserProcesses(); len(n) != 0 {
-		t.Logf("browser processes before the test (not ours): %v", n)
+	before := map[string]bool{} // browsers that were running already are not ours
+	for _, p := range browserProcesses() {
+		before[p] = true
+	}
+	if len(before) != 0 {
+		t.Logf("browser processes before the test (not ours): %v", before)
 	}
 	h := startHub(t, "-limit", "2", "-start-gate", "off") // this test is about the queue; the gate has its own
 	page := pageServer(t)
@@ -387,7 +393,13 @@ func TestRealChromiumThroughHub(t *testing.T) {
 	if st["used"] != 0.0 || st["queued"] != 0.0 || st["pending"] != 0.0 {
 		t.Fatalf("after the clients: %v", st)
 	}
-	if left := browserProcesses(); len(left) != 0 {
+	var left []string
+	for _, p := range browserProcesses() {
+		if !before[p] {
+			left = append(left, p)
+		}
+	}
+	if len(left) != 0 {
 		t.Fatalf("browser processes outlived their sessions: %v", left)
 	}
 	h.stop(t)

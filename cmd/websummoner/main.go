@@ -1,7 +1,8 @@
 // Command websummoner is a Selenium-compatible browser grid hub: a drop-in for
 // Selenoid's flags, browsers.json and endpoints, with a queue that says when the
-// grid is jammed. This file binds flags to each component's Options and wires
-// them; the behaviour lives in internal/.
+// grid is jammed. This file binds flags straight into each component's Options
+// (as Prometheus's main does with its flagConfig), builds the components — each
+// validates its own Options — and serves; the behaviour lives in internal/.
 package main
 
 import (
@@ -15,8 +16,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	"github.com/websummoner/websummoner/internal/capacity"
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/hub"
+	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/launcher/docker"
 	"github.com/websummoner/websummoner/internal/launcher/process"
 	"github.com/websummoner/websummoner/internal/logtag"
@@ -37,75 +37,103 @@ import (
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
+// Exit statuses: 2 for a value the operator must change (a flag, the -conf
+// file, the -listen address), 1 for a failure while serving.
+const (
+	exitServe  = 1
+	exitConfig = 2
+)
+
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// flags is every command-line setting, before it is bound into Options.
-type flags struct {
-	listen, conf, logOutputDir, instance, logLevel string
-	network, mem, cpu, containerAddress, startGate string
-	queueMax                                       int
-	privileged                                     bool
-	sweepInterval                                  time.Duration
-	limit, retryCount                              int
-	timeout, maxTimeout, startupTimeout            time.Duration
-	attemptTimeout, deleteTimeout, gracefulPeriod  time.Duration
-	maxLifetime, queueTimeout, congestionTimeout   time.Duration
-	disableDocker, disableQueue, captureLogs       bool
-	showVersion                                    bool
-	set                                            map[string]bool
+// flagConfig is every command-line setting, bound into the Options of the
+// component that owns it.
+type flagConfig struct {
+	listen, conf, logLevel, logOutputDir string
+	disableDocker, showVersion           bool
+	gracefulPeriod                       time.Duration
+
+	queue    queue.Options
+	gate     capacity.Options
+	hub      hub.Options
+	sessions session.Options
+	launch   launcher.Options // shared by both launchers
+	process  process.Options
+	docker   docker.Options
+
+	// ignored are the Selenoid flags accepted and ignored that the command line set.
+	ignored []selenoidFlag
 }
 
-// ignoredSelenoidFlags are Selenoid flags accepted so that its command lines work
-// unchanged; each is ignored with a warning that says why (docs/flags.md).
-var ignoredSelenoidFlags = map[string]string{
-	"log-conf":              "container log drivers are not configurable yet",
-	"video-output-dir":      "video recording is not supported",
-	"video-recorder-image":  "video recording is not supported",
-	"enable-file-upload":    "file upload is proxied to the driver as any other command",
-	"save-all-logs":         "use -log-output-dir, which keeps every driver log",
-	"cgroup-parent":         "not supported",
-	"disable-privileged":    "containers are unprivileged by default already",
-	"max-timeout-per-quota": "quotas are not supported",
+// selenoidFlag is a Selenoid flag accepted so that its command lines work
+// unchanged, and ignored with a warning that says why (docs/flags.md). bool
+// flags stay boolean, as in Selenoid: "-enable-file-upload -limit 2" must parse.
+type selenoidFlag struct {
+	name, why string
+	bool      bool
 }
 
-func parseFlags(args []string, stderr io.Writer) (*flags, error) {
-	f := &flags{set: map[string]bool{}}
+var ignoredSelenoidFlags = []selenoidFlag{
+	{name: "enable-file-upload", bool: true, why: "file upload is proxied to the driver as any other command"},
+	{name: "save-all-logs", bool: true, why: "use -log-output-dir, which keeps every driver log"},
+	{name: "disable-privileged", bool: true, why: "containers are unprivileged by default already"},
+	{name: "log-conf", why: "container log drivers are not configurable yet"},
+	{name: "video-output-dir", why: "video recording is not supported"},
+	{name: "video-recorder-image", why: "video recording is not supported"},
+	{name: "cgroup-parent", why: "not supported"},
+	{name: "max-timeout-per-quota", why: "quotas are not supported"},
+}
+
+// parseFlags binds the command line into a flagConfig. Ranges are not checked
+// here: each component's Options.Validate (or the queue's Resolve) does that,
+// once, when it is built.
+func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
+	c := &flagConfig{}
 	fs := flag.NewFlagSet("websummoner", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	host, _ := os.Hostname()
-	fs.StringVar(&f.listen, "listen", ":4444", "Network address to accept connections on")
-	fs.StringVar(&f.conf, "conf", "config/browsers.json", "Browsers configuration file (Selenoid's browsers.json format)")
-	fs.IntVar(&f.limit, "limit", queue.DefaultLimit, "Simultaneous sessions (slots); at least 1")
-	fs.DurationVar(&f.timeout, "timeout", 60*time.Second, "Session idle timeout: a session with no command for this long ends")
-	fs.DurationVar(&f.maxTimeout, "max-timeout", time.Hour, "Maximum idle timeout a client may ask for with sessionTimeout")
-	fs.DurationVar(&f.startupTimeout, "service-startup-timeout", 30*time.Second, "How long a browser's driver may take to answer after it is started")
-	fs.DurationVar(&f.attemptTimeout, "session-attempt-timeout", 30*time.Second, "How long the driver's new-session call may take, per attempt")
-	fs.DurationVar(&f.deleteTimeout, "session-delete-timeout", 30*time.Second, "How long deleting a session and stopping its browser may take before it is killed")
-	fs.IntVar(&f.retryCount, "retry-count", 1, "Attempts to start a browser for one new-session request")
-	fs.DurationVar(&f.gracefulPeriod, "graceful-period", 300*time.Second, "On SIGTERM, how long live sessions may run on before they are ended")
-	fs.DurationVar(&f.maxLifetime, "max-session-lifetime", 0, "End any session this long after it started, busy or not (0 = never)")
-	fs.DurationVar(&f.queueTimeout, "queue-timeout", 0, "Keeping-up wait budget of a queued request; derives the fast threshold and saturated budget (0 = wait until the client gives up)")
-	fs.DurationVar(&f.congestionTimeout, "queue-congestion-timeout", 0, "Saturated wait budget, used as given (default -queue-timeout/10, at least 1s; 0 = refuse at once when saturated)")
-	fs.BoolVar(&f.disableDocker, "disable-docker", false, "Run browsers as local driver processes (image = command line) and never connect to Docker")
-	fs.BoolVar(&f.disableQueue, "disable-queue", false, "Refuse new sessions at once when all slots are busy instead of queueing")
-	fs.BoolVar(&f.captureLogs, "capture-driver-logs", false, "Copy each driver's output into the hub's log")
-	fs.StringVar(&f.logOutputDir, "log-output-dir", "", "Keep each driver's output in this directory as <session-id>.log")
-	fs.StringVar(&f.instance, "instance", "websummoner-"+host, "Name of this hub instance; what an earlier run of the same name left running is removed at start-up")
-	fs.StringVar(&f.logLevel, "log-level", "info", "Log level: debug, info, warn or error")
-	fs.BoolVar(&f.showVersion, "version", false, "Print the version and exit")
-	fs.StringVar(&f.startGate, "start-gate", "adaptive", "Concurrent browser starts: \"adaptive\" (driven by start outcomes, latency and engine health, up to -limit), a fixed number, or \"off\" (every admitted request starts at once, as Selenoid)")
-	fs.IntVar(&f.queueMax, "queue-max", 0, "Most requests that may wait at once; more are refused with 429 (0 = unbounded)")
-	fs.StringVar(&f.network, "container-network", "default", "Docker network for browser containers")
-	fs.BoolVar(&f.privileged, "privileged", false, "Run browser containers privileged (Selenoid's default; off here)")
-	fs.StringVar(&f.mem, "mem", "", "Default memory limit of a browser container, e.g. 512m or 1g (browsers.json \"mem\" wins)")
-	fs.StringVar(&f.cpu, "cpu", "", "Default CPU limit of a browser container, e.g. 0.5 or 2.0 (browsers.json \"cpu\" wins)")
-	fs.StringVar(&f.containerAddress, "container-address", "published", "How the hub reaches a container's driver: \"published\" (a port published on 127.0.0.1; hub on the host) or \"name\" (the container's name on -container-network; hub in a container on that network)")
-	fs.DurationVar(&f.sweepInterval, "sweep-interval", 30*time.Second, "How often containers with no live session are removed")
-	ignored := map[string]*string{}
-	for name, why := range ignoredSelenoidFlags {
-		ignored[name] = fs.String(name, "", "Ignored (Selenoid compatibility): "+why)
+	fs.StringVar(&c.listen, "listen", ":4444", "Network address to accept connections on (\":4444\" is every interface)")
+	fs.StringVar(&c.conf, "conf", "config/browsers.json", "Browsers configuration file (Selenoid's browsers.json format)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "Log level: debug, info, warn or error")
+	fs.StringVar(&c.logOutputDir, "log-output-dir", "", "Keep each driver's output in this directory as <session-id>.log")
+	fs.BoolVar(&c.disableDocker, "disable-docker", false, "Run browsers as local driver processes (image = command line) and never connect to Docker")
+	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit")
+	fs.DurationVar(&c.gracefulPeriod, "graceful-period", 300*time.Second, "On SIGTERM, how long live sessions may run on before they are ended")
+
+	fs.IntVar(&c.queue.Limit, "limit", queue.DefaultLimit, "Simultaneous sessions (slots); at least 1")
+	fs.DurationVar(&c.queue.Timeout, "queue-timeout", 0, "Keeping-up wait budget of a queued request; derives the fast threshold and saturated budget (0 = wait until the client gives up)")
+	fs.DurationVar(&c.queue.CongestionTimeout, "queue-congestion-timeout", 0, "Saturated wait budget, used as given (default -queue-timeout/10, at least 1s; 0 = refuse at once when saturated)")
+	fs.BoolVar(&c.queue.Disabled, "disable-queue", false, "Refuse new sessions at once when all slots are busy instead of queueing")
+	fs.IntVar(&c.queue.MaxWaiting, "queue-max", 0, "Most requests that may wait at once; more are refused with 429 (0 = unbounded)")
+	fs.Var(capacity.ModeFlag{O: &c.gate}, "start-gate", "Concurrent browser starts: \"adaptive\" (driven by start outcomes, latency and engine health, up to -limit), a fixed number, or \"off\" (every admitted request starts at once, as Selenoid)")
+
+	fs.DurationVar(&c.hub.IdleTimeout, "timeout", 60*time.Second, "Session idle timeout: a session with no command for this long ends (0 = never)")
+	fs.DurationVar(&c.hub.MaxTimeout, "max-timeout", time.Hour, "Maximum idle timeout a client may ask for with sessionTimeout (0 = no cap)")
+	fs.DurationVar(&c.hub.SessionAttemptTimeout, "session-attempt-timeout", hub.DefaultSessionAttemptTimeout, "How long the driver's new-session call may take, per attempt (0 = the default)")
+	fs.IntVar(&c.hub.RetryCount, "retry-count", 1, "Attempts to start a browser for one new-session request (0 = the default, 1)")
+	fs.DurationVar(&c.sessions.MaxLifetime, "max-session-lifetime", 0, "End any session this long after it started, busy or not (0 = never)")
+
+	fs.DurationVar(&c.launch.StartupTimeout, "service-startup-timeout", launcher.DefaultStartupTimeout, "How long a browser's driver may take to answer after it is started (0 = the default)")
+	fs.DurationVar(&c.launch.StopTimeout, "session-delete-timeout", launcher.DefaultStopTimeout, "How long deleting a session and stopping its browser may take before it is killed (0 = the default)")
+	fs.StringVar(&c.launch.Instance, "instance", "websummoner-"+host, "Name of this hub instance; what an earlier run of the same name left running is removed at start-up")
+	fs.BoolVar(&c.process.CaptureLogs, "capture-driver-logs", false, "Copy each driver's output into the hub's log")
+
+	fs.StringVar(&c.docker.Network, "container-network", "default", "Docker network for browser containers")
+	fs.BoolVar(&c.docker.Privileged, "privileged", false, "Run browser containers privileged (Selenoid's default; off here)")
+	fs.StringVar(&c.docker.Mem, "mem", "", "Default memory limit of a browser container, e.g. 512m or 1g (browsers.json \"mem\" wins)")
+	fs.StringVar(&c.docker.CPU, "cpu", "", "Default CPU limit of a browser container, e.g. 0.5 or 2.0 (browsers.json \"cpu\" wins)")
+	fs.StringVar((*string)(&c.docker.Address), "container-address", string(docker.Published), "How the hub reaches a container's driver: \"published\" (a port published on 127.0.0.1; hub on the host) or \"name\" (the container's name on -container-network; hub in a container on that network)")
+	fs.DurationVar(&c.docker.SweepInterval, "sweep-interval", 30*time.Second, "How often containers with no live session are removed (0 = the default)")
+
+	for _, s := range ignoredSelenoidFlags {
+		usage := "Ignored (Selenoid compatibility): " + s.why
+		if s.bool {
+			fs.Bool(s.name, false, usage)
+		} else {
+			fs.String(s.name, "", usage)
+		}
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -113,232 +141,189 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q: every setting is a -flag", fs.Arg(0))
 	}
-	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{{"timeout", f.timeout}, {"max-timeout", f.maxTimeout}, {"service-startup-timeout", f.startupTimeout},
-		{"session-attempt-timeout", f.attemptTimeout}, {"session-delete-timeout", f.deleteTimeout},
-		{"graceful-period", f.gracefulPeriod}, {"max-session-lifetime", f.maxLifetime}} {
-		if d.v < 0 {
-			return nil, fmt.Errorf("-%s must be 0 or a positive duration such as 30s (got %v)", d.name, d.v)
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	for _, s := range ignoredSelenoidFlags {
+		if set[s.name] {
+			c.ignored = append(c.ignored, s)
 		}
 	}
-	for _, name := range []string{"service-startup-timeout", "session-attempt-timeout", "session-delete-timeout"} {
-		if f.set[name] && map[string]time.Duration{"service-startup-timeout": f.startupTimeout, "session-attempt-timeout": f.attemptTimeout, "session-delete-timeout": f.deleteTimeout}[name] == 0 {
-			return nil, fmt.Errorf("-%s must be a positive duration such as 30s", name)
-		}
+	c.queue.CongestionTimeoutSet = set["queue-congestion-timeout"]
+	c.gate.Limit = c.queue.Limit
+	c.hub.SessionDeleteTimeout = c.launch.StopTimeout
+	c.process.Options, c.docker.Options = c.launch, c.launch
+	c.process.LogDir = c.logOutputDir
+	if c.gracefulPeriod < 0 {
+		return nil, fmt.Errorf("-graceful-period must be 0 or a positive duration such as 300s (got %v)", c.gracefulPeriod)
 	}
-	if f.retryCount < 1 {
-		return nil, fmt.Errorf("-retry-count must be at least 1 (got %d)", f.retryCount)
-	}
-	if f.instance == "" || strings.ContainsAny(f.instance, "/= ") {
-		return nil, fmt.Errorf("-instance must be a non-empty name without '/', '=' or spaces (got %q)", f.instance)
-	}
-	if _, err := f.gateOptions(); err != nil {
-		return nil, err
-	}
-	for name := range ignored {
-		if f.set[name] {
-			f.set["ignored:"+name] = true
-		}
-	}
-	return f, nil
+	return c, nil
 }
 
-func (f *flags) gateOptions() (capacity.Options, error) {
-	o := capacity.Options{Limit: f.limit}
-	switch f.startGate {
-	case "adaptive":
-		o.Mode = capacity.Adaptive
-	case "off":
-		o.Mode = capacity.Off
-	default:
-		n, err := strconv.Atoi(f.startGate)
-		if err != nil || n < 1 || n > f.limit {
-			return o, fmt.Errorf("-start-gate must be \"adaptive\", \"off\" or a number from 1 to -limit %d (got %q)", f.limit, f.startGate)
-		}
-		o.Mode, o.Fixed = capacity.Fixed, n
-	}
-	return o, nil
-}
-
-func (f *flags) queueOptions() queue.Options {
-	return queue.Options{
-		MaxWaiting:           f.queueMax,
-		Limit:                f.limit,
-		Timeout:              f.queueTimeout,
-		CongestionTimeout:    f.congestionTimeout,
-		CongestionTimeoutSet: f.set["queue-congestion-timeout"],
-		Disabled:             f.disableQueue,
-	}
+// program is the built hub, ready to serve.
+type program struct {
+	c          *flagConfig
+	log        *slog.Logger
+	conf       *config.Store
+	queue      *queue.Queue
+	sessions   *session.Registry
+	procs      *process.Launcher
+	containers *docker.Launcher // nil with -disable-docker
+	hub        *hub.Hub
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	f, err := parseFlags(args, stderr)
+	c, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "websummoner:", err)
-		return 2
+		return exitConfig
 	}
-	if f.showVersion {
+	if c.showVersion {
 		fmt.Fprintln(stdout, "websummoner", version)
 		return 0
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		fmt.Fprintf(stderr, "websummoner: -log-level must be debug, info, warn or error (got %q)\n", f.logLevel)
-		return 2
-	}
-	log := slog.New(logtag.NewHandler(stderr, level))
-	for name, why := range ignoredSelenoidFlags {
-		if f.set["ignored:"+name] {
-			logtag.Event(log, slog.LevelWarn, "", "FLAG_IGNORED", "-"+name, why)
-		}
-	}
-	qopts, err := f.queueOptions().Resolve()
+	p, err := build(c, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "websummoner:", err)
-		return 2
+		return exitConfig
 	}
-	conf, err := config.Load(f.conf, !f.disableDocker)
-	if err != nil {
-		fmt.Fprintln(stderr, "websummoner:", err)
-		return 2
-	}
-	if f.logOutputDir != "" {
-		if err := os.MkdirAll(f.logOutputDir, 0o755); err != nil {
-			fmt.Fprintf(stderr, "websummoner: -log-output-dir %s: %v\n", f.logOutputDir, err)
-			return 2
-		}
-	}
+	return p.serve()
+}
 
+// build makes every component from its Options. It starts nothing and touches
+// nothing outside the process, so a bad value stops start-up before any side
+// effect.
+func build(c *flagConfig, stderr io.Writer) (*program, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("-log-level must be debug, info, warn or error (got %q)", c.logLevel)
+	}
+	p := &program{c: c, log: slog.New(logtag.NewHandler(stderr, level))}
+	if err := c.launch.Validate(); err != nil {
+		return nil, err
+	}
+	var err error
+	if p.conf, err = config.Load(c.conf, !c.disableDocker); err != nil {
+		return nil, err
+	}
+	if c.logOutputDir != "" {
+		if err := os.MkdirAll(c.logOutputDir, 0o755); err != nil {
+			return nil, fmt.Errorf("-log-output-dir %s: %v", c.logOutputDir, err)
+		}
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	gopts, err := f.gateOptions()
+	gate, err := capacity.New(c.gate, p.log, reg)
 	if err != nil {
-		fmt.Fprintln(stderr, "websummoner:", err)
-		return 2
+		return nil, err
 	}
-	gate, err := capacity.New(gopts, log, reg)
-	if err != nil {
-		fmt.Fprintln(stderr, "websummoner:", err)
-		return 2
+	c.queue.Gate = gate
+	if p.queue, err = queue.New(c.queue, p.log, reg); err != nil {
+		return nil, err
 	}
-	qopts.Gate = gate
-	q, err := queue.New(qopts, log, reg)
-	if err != nil {
-		fmt.Fprintln(stderr, "websummoner:", err)
-		return 2
+	if p.sessions, err = session.New(c.sessions, p.log, reg); err != nil {
+		return nil, err
 	}
-	sessions, err := session.New(session.Options{StopTimeout: f.deleteTimeout, MaxLifetime: f.maxLifetime}, log, reg)
-	if err != nil {
-		fmt.Fprintln(stderr, "websummoner:", err)
-		return 1
-	}
-	procs := process.New(process.Options{
-		StartupTimeout: f.startupTimeout,
-		StopTimeout:    f.deleteTimeout,
-		Instance:       f.instance,
-		CaptureLogs:    f.captureLogs,
-		LogDir:         f.logOutputDir,
-	}, log)
-	procs.Sweep()
-	launchers := hub.Launchers{Process: procs}
-	ctx, stopBackground := context.WithCancel(context.Background())
-	defer stopBackground()
-	var containers *docker.Launcher
-	if !f.disableDocker {
+	p.procs = process.New(c.process, p.log)
+	launchers := hub.Launchers{Process: p.procs}
+	if !c.disableDocker {
 		engine, err := docker.NewEngine()
 		if err != nil {
-			fmt.Fprintln(stderr, "websummoner: Docker client:", err, "(check DOCKER_HOST, or run with -disable-docker)")
-			return 2
+			return nil, fmt.Errorf("Docker client: %v (check DOCKER_HOST, or run with -disable-docker)", err)
 		}
-		containers, err = docker.New(docker.Options{
-			StartupTimeout: f.startupTimeout,
-			StopTimeout:    f.deleteTimeout,
-			Instance:       f.instance,
-			Network:        f.network,
-			Privileged:     f.privileged,
-			Mem:            f.mem,
-			CPU:            f.cpu,
-			Address:        docker.Address(f.containerAddress),
-			SweepInterval:  f.sweepInterval,
-			OnHealth:       gate.SetHealthy,
-		}, engine, log, reg)
-		if err != nil {
-			fmt.Fprintln(stderr, "websummoner:", err)
-			return 2
+		c.docker.OnHealth = gate.SetHealthy
+		if p.containers, err = docker.New(c.docker, engine, p.log, reg); err != nil {
+			return nil, err
 		}
-		go containers.Run(ctx)
-		launchers.Docker = containers
+		launchers.Docker = p.containers
 	}
-	h, err := hub.New(hub.Options{
-		IdleTimeout:           f.timeout,
-		MaxTimeout:            f.maxTimeout,
-		SessionAttemptTimeout: f.attemptTimeout,
-		SessionDeleteTimeout:  f.deleteTimeout,
-		RetryCount:            f.retryCount,
-		Version:               version,
-		Metrics:               promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-		Gate:                  func() any { return gate.Stats() },
-	}, q, conf, launchers, sessions, log, reg)
-	if err != nil {
-		fmt.Fprintln(stderr, "websummoner:", err)
-		return 1
+	c.hub.Version = version
+	c.hub.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	c.hub.Gate = gate
+	if p.hub, err = hub.New(c.hub, p.queue, p.conf, launchers, p.sessions, p.log, reg); err != nil {
+		return nil, err
 	}
+	return p, nil
+}
 
-	ln, err := net.Listen("tcp", f.listen)
+// serve listens, removes what an earlier run of this instance left, serves until
+// SIGTERM or SIGINT, reloads the configuration on SIGHUP, and drains on the way
+// out.
+func (p *program) serve() int {
+	c, log := p.c, p.log
+	// Listen before sweeping: a second hub that cannot bind must touch nothing.
+	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
-		fmt.Fprintf(stderr, "websummoner: -listen %s: %v\n", f.listen, err)
-		return 2
+		logtag.Event(log, slog.LevelError, "", "INIT_FAILED", fmt.Sprintf("-listen %s: %v", c.listen, err))
+		return exitConfig
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 30 * time.Second}
+	for _, s := range c.ignored {
+		logtag.Event(log, slog.LevelWarn, "", "FLAG_IGNORED", "-"+s.name, s.why)
+	}
+	p.procs.Sweep()
+	ctx, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
+	if p.containers != nil {
+		p.containers.Prepare(ctx)
+		go p.containers.Watch(ctx)
+	}
+	srv := &http.Server{Handler: p.hub, ReadHeaderTimeout: 30 * time.Second}
 	logtag.Event(log, slog.LevelInfo, "", "INIT", "websummoner "+version, "listening on "+ln.Addr().String(),
-		qopts.String(), "start-gate "+f.startGate, fmt.Sprintf("browsers %v", conf.Browsers().Names()), "instance "+f.instance)
+		p.queue.Options().String(), "start-gate "+capacity.ModeFlag{O: &c.gate}.String(), fmt.Sprintf("browsers %v", p.conf.Browsers().Names()), "instance "+c.launch.Instance)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
 	for {
 		select {
 		case err := <-served:
 			logtag.Event(log, slog.LevelError, "", "SERVE_FAILED", err)
-			sessions.EndAll(session.ReasonShutdown)
-			return 1
+			p.sessions.EndAll(session.ReasonShutdown)
+			return exitServe
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				if err := conf.Reload(); err != nil {
-					logtag.Event(log, slog.LevelWarn, "", "CONFIG_RELOAD_FAILED", err, "keeping the previous configuration")
-				} else {
-					logtag.Event(log, slog.LevelInfo, "", "CONFIG_RELOADED", fmt.Sprintf("browsers %v", conf.Browsers().Names()))
-				}
+				p.reload()
 				continue
 			}
-			logtag.Event(log, slog.LevelInfo, "", "SHUTTING_DOWN", sig, fmt.Sprintf("-graceful-period %v", f.gracefulPeriod))
-			ctx, cancel := context.WithTimeout(context.Background(), f.gracefulPeriod)
-			go func() { // a second signal cuts the grace short
-				select {
-				case <-sigs:
-					cancel()
-				case <-ctx.Done():
-				}
-			}()
-			h.Drain(ctx)
-			cancel()
-			if containers != nil {
-				sctx, scancel := context.WithTimeout(context.Background(), f.deleteTimeout)
-				containers.SweepAll(sctx)
-				scancel()
-			}
-			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = srv.Shutdown(sctx)
-			scancel()
-			logtag.Event(log, slog.LevelInfo, "", "STOPPED")
+			p.shutdown(sig, sigs, srv)
 			return 0
 		}
 	}
+}
+
+func (p *program) reload() {
+	if err := p.conf.Reload(); err != nil {
+		logtag.Event(p.log, slog.LevelWarn, "", "CONFIG_RELOAD_FAILED", err, "keeping the previous configuration")
+		return
+	}
+	logtag.Event(p.log, slog.LevelInfo, "", "CONFIG_RELOADED", fmt.Sprintf("browsers %v", p.conf.Browsers().Names()))
+}
+
+// shutdown drains for -graceful-period (a second signal cuts it short), removes
+// every container of this instance and stops serving.
+func (p *program) shutdown(sig os.Signal, sigs <-chan os.Signal, srv *http.Server) {
+	logtag.Event(p.log, slog.LevelInfo, "", "SHUTTING_DOWN", sig, fmt.Sprintf("-graceful-period %v", p.c.gracefulPeriod))
+	ctx, cancel := context.WithTimeout(context.Background(), p.c.gracefulPeriod)
+	go func() {
+		select {
+		case <-sigs:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	p.hub.Drain(ctx)
+	cancel()
+	if p.containers != nil {
+		sctx, scancel := context.WithTimeout(context.Background(), p.c.launch.StopTimeout)
+		p.containers.SweepAll(sctx)
+		scancel()
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = srv.Shutdown(sctx)
+	scancel()
+	logtag.Event(p.log, slog.LevelInfo, "", "STOPPED")
 }

@@ -16,40 +16,99 @@ import (
 	"time"
 )
 
+// Every invalid value: exit status 2, a message naming the flag, and nothing
+// started (the -listen address stays free, no sweep ran).
 func TestInvalidFlagsStopStartUp(t *testing.T) {
 	cases := []struct {
 		args []string
 		want string
 	}{
 		{[]string{"-limit", "0"}, "-limit must be a whole number of at least 1"},
+		{[]string{"-limit", "x"}, "invalid value \"x\" for flag -limit"},
 		{[]string{"-queue-timeout", "-1s"}, "-queue-timeout must be 0"},
 		{[]string{"-queue-congestion-timeout", "5s"}, "-queue-congestion-timeout 5s needs -queue-timeout"},
 		{[]string{"-queue-timeout", "1m", "-queue-congestion-timeout", "-2s"}, "-queue-congestion-timeout must be 0"},
+		{[]string{"-queue-max", "-1"}, "-queue-max must be 0"},
 		{[]string{"-timeout", "-1s"}, "-timeout must be 0 or a positive duration"},
-		{[]string{"-service-startup-timeout", "0"}, "-service-startup-timeout must be a positive duration"},
-		{[]string{"-retry-count", "0"}, "-retry-count must be at least 1"},
+		{[]string{"-max-timeout", "-1s"}, "-max-timeout must be 0 or a positive duration"},
+		{[]string{"-session-attempt-timeout", "-1s"}, "-session-attempt-timeout must be"},
+		{[]string{"-service-startup-timeout", "-1s"}, "-service-startup-timeout must be a positive duration"},
+		{[]string{"-session-delete-timeout", "-1s"}, "-session-delete-timeout must be a positive duration"},
+		{[]string{"-graceful-period", "-1s"}, "-graceful-period must be 0 or a positive duration"},
+		{[]string{"-retry-count", "-1"}, "-retry-count must be at least 1"},
+		{[]string{"-instance", "a/b"}, "-instance must be a name without"},
 		{[]string{"-log-level", "loud"}, "-log-level must be"},
 		{[]string{"-disable-docker", "-conf", "/nonexistent.json"}, "-conf /nonexistent.json"},
 		{[]string{"stray"}, "unexpected argument"},
 		{[]string{"-limit", "4", "-start-gate", "9"}, "-start-gate must be \"adaptive\", \"off\" or a number from 1 to -limit 4"},
-		{[]string{"-start-gate", "fast"}, "-start-gate must be"},
-		{[]string{"-queue-max", "-1"}, "-queue-max must be 0"},
+		{[]string{"-start-gate", "fast"}, "invalid value \"fast\" for flag -start-gate"},
+		{[]string{"-container-address", "ip"}, "-container-address must be"},
+		{[]string{"-container-address", "name"}, "-container-address name needs -container-network"},
+		{[]string{"-mem", "lots"}, "-mem:"},
+		{[]string{"-cpu", "-1"}, "-cpu:"},
+		{[]string{"-sweep-interval", "-1s"}, "-sweep-interval must be a positive duration"},
+		{[]string{"-enable-file-upload=maybe"}, "invalid boolean value"},
 	}
 	for _, c := range cases {
 		var stderr strings.Builder
-		if code := run(c.args, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
+		args := append([]string{"-conf", "../../config/browsers.docker.json", "-listen", "127.0.0.1:0"}, c.args...)
+		if code := run(args, io.Discard, &stderr); code != 2 || !strings.Contains(stderr.String(), c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, code, stderr.String(), c.want)
+		}
+		if strings.Contains(stderr.String(), "[INIT]") {
+			t.Errorf("%v: the hub started before refusing", c.args)
 		}
 	}
 }
 
-func TestVersionAndIgnoredSelenoidFlags(t *testing.T) {
+// Selenoid's command lines parse unchanged: every one of its flags, boolean ones
+// bare (as in `selenoid -enable-file-upload -limit 2`), the others with a value.
+func TestSelenoidCommandLine(t *testing.T) {
+	args := []string{
+		"-disable-docker", "-disable-queue", "-enable-file-upload", "-capture-driver-logs",
+		"-disable-privileged", "-save-all-logs", "-limit", "2",
+		"-listen", ":4444", "-conf", "config/browsers.json", "-log-conf", "config/container-logs.json",
+		"-timeout", "1m", "-max-timeout", "1h", "-session-attempt-timeout", "30s", "-session-delete-timeout", "30s",
+		"-service-startup-timeout", "30s", "-graceful-period", "300s", "-retry-count", "1",
+		"-container-network", "default", "-mem", "1g", "-cpu", "1.0", "-log-output-dir", "logs",
+		"-video-output-dir", "video", "-video-recorder-image", "selenoid/video-recorder:latest-release",
+	}
+	c, err := parseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatalf("a Selenoid command line was refused: %v", err)
+	}
+	if c.queue.Limit != 2 || !c.queue.Disabled || !c.process.CaptureLogs || !c.disableDocker || c.docker.Mem != "1g" {
+		t.Fatalf("values not bound: %+v", c)
+	}
+	var ignored []string
+	for _, s := range c.ignored {
+		ignored = append(ignored, s.name)
+	}
+	want := "enable-file-upload save-all-logs disable-privileged log-conf video-output-dir video-recorder-image"
+	if strings.Join(ignored, " ") != want {
+		t.Fatalf("ignored %v, want %s", ignored, want)
+	}
 	var out strings.Builder
 	if code := run([]string{"-version"}, &out, io.Discard); code != 0 || !strings.HasPrefix(out.String(), "websummoner ") {
 		t.Fatalf("-version: %d %q", code, out.String())
 	}
-	if _, err := parseFlags([]string{"-video-output-dir", "/x", "-log-conf", "/y"}, io.Discard); err != nil {
-		t.Fatalf("a Selenoid command line was refused: %v", err)
+}
+
+// One flag feeds every component that needs it: -session-delete-timeout the
+// launchers' stop and the hub's DELETE, -limit the queue and the start gate.
+func TestFlagsBoundOnce(t *testing.T) {
+	c, err := parseFlags([]string{"-session-delete-timeout", "7s", "-service-startup-timeout", "9s", "-limit", "3", "-instance", "x"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.hub.SessionDeleteTimeout != 7*time.Second || c.process.StopTimeout != 7*time.Second || c.docker.StopTimeout != 7*time.Second {
+		t.Errorf("-session-delete-timeout: hub %v process %v docker %v", c.hub.SessionDeleteTimeout, c.process.StopTimeout, c.docker.StopTimeout)
+	}
+	if c.process.StartupTimeout != 9*time.Second || c.docker.StartupTimeout != 9*time.Second || c.docker.Instance != "x" {
+		t.Errorf("launcher options %+v / %+v", c.process.Options, c.docker.Options)
+	}
+	if c.gate.Limit != 3 || c.queue.Limit != 3 {
+		t.Errorf("-limit: gate %d queue %d", c.gate.Limit, c.queue.Limit)
 	}
 }
 
@@ -72,7 +131,7 @@ func TestRunReloadAndShutdown(t *testing.T) {
 	pr, pw := io.Pipe()
 	code := make(chan int, 1)
 	go func() {
-		code <- run([]string{"-disable-docker", "-conf", conf, "-listen", "127.0.0.1:0", "-queue-timeout", "5m", "-instance", "cmdtest"}, io.Discard, pw)
+		code <- run([]string{"-disable-docker", "-conf", conf, "-listen", "127.0.0.1:0", "-queue-timeout", "5m", "-instance", "cmdtest", "-enable-file-upload", "-log-conf", "x"}, io.Discard, pw)
 		pw.Close()
 	}()
 	lines := make(chan string, 100)
@@ -98,6 +157,11 @@ func TestRunReloadAndShutdown(t *testing.T) {
 			case <-timeout:
 				t.Fatalf("no %s", tag)
 			}
+		}
+	}
+	for _, want := range []string{"[FLAG_IGNORED] [-enable-file-upload] [file upload is proxied", "[FLAG_IGNORED] [-log-conf] [container log drivers"} {
+		if line := await("[FLAG_IGNORED]"); !strings.Contains(line, want) {
+			t.Errorf("ignored-flag warning %q, want %q", line, want)
 		}
 	}
 	initLine := await("[INIT]")

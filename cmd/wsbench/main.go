@@ -129,7 +129,6 @@ func run(ctx context.Context, short bool, only, out string, churnFor time.Durati
 		}
 		defer f.Close()
 		for _, r := range results {
-			r.Print(discard{})
 			fmt.Fprintln(f, jsonLine(r))
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 )
 
 type svg struct{ b strings.Builder }
@@ -99,6 +98,5 @@ func JamChart(r *Result, points []JamPoint, path string) error {
 		s.add(`<circle cx="%d" cy="%d" r="4" fill="%s"/>`, px(p.Arrival.Seconds()), py(p.Answer.Seconds()), color)
 	}
 	s.add(`<circle cx="%d" cy="%d" r="4" fill="#de2d26"/><text x="%d" y="%d">429</text>`, left+10, h-14, left+18, h-10)
-	_ = time.Second
 	return s.save(path)
 }

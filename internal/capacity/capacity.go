@@ -8,6 +8,7 @@ package capacity
 import (
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -84,13 +85,53 @@ type Gate struct {
 	m *metrics
 }
 
+// Validate says which flag holds a value the gate cannot work with.
+func (o Options) Validate() error {
+	if o.Limit < 1 {
+		return fmt.Errorf("-limit must be a whole number of at least 1 (got %d)", o.Limit)
+	}
+	if o.Mode == Fixed && (o.Fixed < 1 || o.Fixed > o.Limit) {
+		return fmt.Errorf("-start-gate must be \"adaptive\", \"off\" or a number from 1 to -limit %d (got %d)", o.Limit, o.Fixed)
+	}
+	return nil
+}
+
+// ModeFlag binds -start-gate to an Options' Mode and Fixed: "adaptive", "off"
+// or a number (its range against -limit is Validate's).
+type ModeFlag struct{ O *Options }
+
+// String is the flag's current value.
+func (f ModeFlag) String() string {
+	if f.O == nil {
+		return Adaptive.String()
+	}
+	if f.O.Mode == Fixed {
+		return strconv.Itoa(f.O.Fixed)
+	}
+	return f.O.Mode.String()
+}
+
+// Set reads "adaptive", "off" or a number.
+func (f ModeFlag) Set(s string) error {
+	switch s {
+	case "adaptive":
+		f.O.Mode = Adaptive
+	case "off":
+		f.O.Mode = Off
+	default:
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return fmt.Errorf("must be \"adaptive\", \"off\" or a number from 1 to -limit")
+		}
+		f.O.Mode, f.O.Fixed = Fixed, n
+	}
+	return nil
+}
+
 // New returns a gate; reg may be nil.
 func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Gate, error) {
-	if opts.Limit < 1 {
-		return nil, fmt.Errorf("start gate: -limit must be at least 1")
-	}
-	if opts.Mode == Fixed && (opts.Fixed < 1 || opts.Fixed > opts.Limit) {
-		return nil, fmt.Errorf("-start-gate %d must be from 1 to -limit %d, \"adaptive\" or \"off\"", opts.Fixed, opts.Limit)
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	if opts.Initial <= 0 {
 		opts.Initial = min(opts.Limit, 2)

@@ -287,7 +287,6 @@ func TestOptionsValidation(t *testing.T) {
 	if g.Stats().Limit != 5 {
 		t.Error("a pinned gate moved")
 	}
-	_ = queue.StartIgnored
 }
 
 // stampedeCap bounds the side-by-side run in fake time.

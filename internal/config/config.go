@@ -155,6 +155,9 @@ type Resolved struct {
 	*Browser
 }
 
+// String is "name version", how logs, errors and labels name the browser.
+func (r Resolved) String() string { return r.Name + " " + r.Version }
+
 // Find resolves a browser name and version. An empty version takes the browser's
 // default; otherwise the version matches a configured one exactly or as a prefix
 // ("128" matches "128.0"; of several, the highest sorts first). The error lists
@@ -162,12 +165,12 @@ type Resolved struct {
 func (bs Browsers) Find(name, version string) (Resolved, error) {
 	v := bs[name]
 	if v == nil {
-		return Resolved{}, fmt.Errorf("browser %q is not configured; configured: %s", name, bs.describe())
+		return Resolved{}, &NotFoundError{fmt.Sprintf("browser %q is not configured; configured: %s", name, bs.Describe())}
 	}
 	if version == "" {
 		version = v.Default
 		if version == "" {
-			return Resolved{}, fmt.Errorf("browser %q: no version requested and no \"default\" configured; configured versions: %s", name, strings.Join(sortedKeys(v.Versions), ", "))
+			return Resolved{}, &NotFoundError{fmt.Sprintf("browser %q: no version requested and no \"default\" configured; configured versions: %s", name, strings.Join(sortedKeys(v.Versions), ", "))}
 		}
 	}
 	if b := v.Versions[version]; b != nil {
@@ -179,10 +182,17 @@ func (bs Browsers) Find(name, version string) (Resolved, error) {
 			return Resolved{Name: name, Version: keys[i], Browser: v.Versions[keys[i]]}, nil
 		}
 	}
-	return Resolved{}, fmt.Errorf("browser %q version %q is not configured; configured versions: %s", name, version, strings.Join(keys, ", "))
+	return Resolved{}, &NotFoundError{fmt.Sprintf("browser %q version %q is not configured; configured versions: %s", name, version, strings.Join(keys, ", "))}
 }
 
-func (bs Browsers) describe() string {
+// NotFoundError is a browser or version a request asked for that is not
+// configured; its message lists what is.
+type NotFoundError struct{ Msg string }
+
+func (e *NotFoundError) Error() string { return e.Msg }
+
+// Describe lists every browser with its versions: "chrome (127.0, 128.0); firefox (1)".
+func (bs Browsers) Describe() string {
 	var parts []string
 	for _, n := range sortedKeys(bs) {
 		parts = append(parts, fmt.Sprintf("%s (%s)", n, strings.Join(sortedKeys(bs[n].Versions), ", ")))

@@ -4,9 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/websummoner/websummoner/internal/queue"
 	"github.com/websummoner/websummoner/internal/webdriver"
@@ -15,8 +13,7 @@ import (
 // BenchmarkProxyCommand is one command through the hub's handler to a local stub
 // driver, against the same command straight to the stub (the baseline).
 func BenchmarkProxyCommand(b *testing.B) {
-	t := &testing.T{}
-	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	f := newFixture(b, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
 	defer f.srv.Close()
 	_, body := f.do("POST", "/session", w3cChrome)
 	id := body["value"].(map[string]any)["sessionId"].(string)
@@ -46,8 +43,7 @@ func BenchmarkProxyCommand(b *testing.B) {
 // BenchmarkProxyHandler is the hub's handler alone (no client socket): what the
 // hub adds per command, allocations included.
 func BenchmarkProxyHandler(b *testing.B) {
-	t := &testing.T{}
-	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	f := newFixture(b, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
 	defer f.srv.Close()
 	_, body := f.do("POST", "/session", w3cChrome)
 	id := body["value"].(map[string]any)["sessionId"].(string)
@@ -79,8 +75,7 @@ func BenchmarkParseCapabilities(b *testing.B) {
 }
 
 func BenchmarkSessionLookup(b *testing.B) {
-	t := &testing.T{}
-	f := newFixture(t, queue.Options{Limit: 50}, Options{}, &stubLauncher{})
+	f := newFixture(b, queue.Options{Limit: 50}, Options{}, &stubLauncher{})
 	defer f.srv.Close()
 	var ids []string
 	for range 50 {
@@ -98,6 +93,4 @@ func BenchmarkSessionLookup(b *testing.B) {
 		i++
 	}
 	f.sess.EndAll("shutdown")
-	_ = strings.Contains
-	_ = time.Second
 }

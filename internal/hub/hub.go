@@ -1,20 +1,20 @@
 // Package hub serves the WebDriver endpoints: it creates sessions through the
 // queue and a launcher, proxies every command to the session's driver, ends
 // sessions, and reports status.
+//
+// Files: create.go is POST /session as its phases; errors.go maps every
+// creation error to its answer; proxy.go forwards commands and DELETE;
+// status.go is /status, /ping and the probes.
 package hub
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,42 +22,96 @@ import (
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/websummoner/websummoner/internal/capacity"
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/queue"
-	"github.com/websummoner/websummoner/internal/queuehttp"
 	"github.com/websummoner/websummoner/internal/session"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
-// MaxNewSessionBody is the largest new-session body accepted. Capabilities can
-// carry base64 browser extensions of several megabytes; 32 MiB leaves room for
-// those and still refuses a runaway upload before it is held in memory.
-const MaxNewSessionBody = 32 << 20
+// Defaults for zero Options fields.
+const (
+	DefaultSessionAttemptTimeout = 30 * time.Second
+	DefaultSessionDeleteTimeout  = 30 * time.Second
+)
 
-// Options configure the hub. Zero durations mean "none" except where noted.
+// Options configure the hub. The zero value works: every field's zero value is
+// documented with it.
 type Options struct {
 	// IdleTimeout is -timeout: a session with no command for this long ends.
+	// Zero: sessions never end for being idle.
 	IdleTimeout time.Duration
 	// MaxTimeout is -max-timeout: the most a client's sessionTimeout may ask for.
+	// Zero: no cap.
 	MaxTimeout time.Duration
 	// SessionAttemptTimeout is -session-attempt-timeout: the driver's new-session
-	// call, per attempt.
+	// call, per attempt. Zero: DefaultSessionAttemptTimeout.
 	SessionAttemptTimeout time.Duration
-	// SessionDeleteTimeout is -session-delete-timeout: forwarding DELETE, and
-	// stopping the browser.
+	// SessionDeleteTimeout is -session-delete-timeout: forwarding DELETE to the
+	// driver. Zero: DefaultSessionDeleteTimeout.
 	SessionDeleteTimeout time.Duration
-	// RetryCount is -retry-count: attempts to start a browser for one request (≥ 1).
+	// RetryCount is -retry-count: attempts to start a browser for one request.
+	// Zero: 1.
 	RetryCount int
-	// GracefulRetryAfter is the Retry-After sent while draining; zero means 30s.
-	GracefulRetryAfter time.Duration
-	// Version is reported by /ping and /status.
+	// Version is reported by /ping and /status. Empty: "dev".
 	Version string
-	// Metrics serves /metrics; nil serves 404.
+	// Metrics serves /metrics. Nil: /metrics answers 404.
 	Metrics http.Handler
-	// Gate reports the start gate's state for /status; nil shows none.
-	Gate func() any
+	// Gate reports the start gate's state for /status. Nil: /status shows none.
+	Gate GateReporter
+	// Transport carries every request to a driver: new-session calls and proxied
+	// commands. Nil: one transport tuned for many drivers with a few live
+	// connections each. Tests give an in-memory one to run in fake time.
+	Transport http.RoundTripper
+}
+
+// GateReporter is the start gate as /status sees it.
+type GateReporter interface {
+	Stats() capacity.Stats
+}
+
+// Validate says which flag holds a value the hub cannot work with.
+func (o Options) Validate() error {
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"timeout", o.IdleTimeout}, {"max-timeout", o.MaxTimeout},
+		{"session-attempt-timeout", o.SessionAttemptTimeout}, {"session-delete-timeout", o.SessionDeleteTimeout}} {
+		if d.v < 0 {
+			return fmt.Errorf("-%s must be 0 or a positive duration such as 30s (got %v)", d.flag, d.v)
+		}
+	}
+	if o.RetryCount < 0 {
+		return fmt.Errorf("-retry-count must be at least 1 (got %d)", o.RetryCount)
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.SessionAttemptTimeout == 0 {
+		o.SessionAttemptTimeout = DefaultSessionAttemptTimeout
+	}
+	if o.SessionDeleteTimeout == 0 {
+		o.SessionDeleteTimeout = DefaultSessionDeleteTimeout
+	}
+	if o.RetryCount == 0 {
+		o.RetryCount = 1
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.Transport == nil {
+		o.Transport = &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        1024,
+			MaxIdleConnsPerHost: 8,
+			IdleConnTimeout:     90 * time.Second,
+			// No response header timeout: a command may run long (executeAsyncScript).
+		}
+	}
+	return o
 }
 
 // Launchers are the ways to start a browser; an entry's "image" picks one.
@@ -85,35 +139,26 @@ type Hub struct {
 	requests atomic.Uint64
 	reqIDs   atomic.Uint64
 	pending  atomic.Int64
-	draining atomic.Bool
+	draining atomic.Bool // Drain has begun: /readyz and /status say so
+	shutDown atomic.Bool // the grace period is over: no session may be registered
 }
 
 // New builds a hub from its parts.
 func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, sessions *session.Registry, logger *slog.Logger, reg prometheus.Registerer) (*Hub, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.RetryCount < 1 {
-		opts.RetryCount = 1
-	}
-	if opts.GracefulRetryAfter <= 0 {
-		opts.GracefulRetryAfter = 30 * time.Second
-	}
 	h := &Hub{opts: opts, log: logger, queue: q, conf: conf, launchers: ls, sessions: sessions, started: time.Now()}
-	// One transport for every driver: many hosts, each with a few live connections.
-	transport := &http.Transport{
-		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   8,
-		IdleConnTimeout:       90 * time.Second,
-		ResponseHeaderTimeout: 0, // a command may legitimately run long (executeAsyncScript)
-		ForceAttemptHTTP2:     false,
-	}
-	h.client = &http.Client{Transport: transport}
+	// The new-session call must not follow a driver's redirects and re-post the
+	// capabilities somewhere else.
+	h.client = &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	h.proxy = &httputil.ReverseProxy{
 		Rewrite:       h.rewrite,
-		Transport:     transport,
+		Transport:     opts.Transport,
 		ErrorHandler:  h.proxyError,
 		FlushInterval: -1,
 		BufferPool:    &bufferPool{},
@@ -132,6 +177,9 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.router.ServeHTTP(w, r)
 }
 
+// routes is every endpoint. A new side channel of a session (DevTools, VNC,
+// downloads…) is a handler here that looks the session up with begin and reads
+// the address it needs from the session's launcher.Endpoints.
 func (h *Hub) routes() *mux.Router {
 	r := mux.NewRouter()
 	r.UseEncodedPath()
@@ -167,362 +215,37 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 		fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path))
 }
 
-// Drain stops admitting new sessions and waits, until ctx ends, for the live ones
-// to finish; then it ends the rest. Requests already queued are refused as they
-// would be on arrival.
+// Drain stops admitting new sessions and waits, until ctx ends, for the live and
+// starting ones to finish; then it ends the rest. Requests already queued, and
+// every later one, are refused by the closed queue (503 + Retry-After).
 func (h *Hub) Drain(ctx context.Context) {
 	h.draining.Store(true)
 	h.queue.Close()
 	logtag.Event(h.log, slog.LevelInfo, "", "DRAINING", fmt.Sprintf("%d sessions", h.sessions.Len()))
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for h.sessions.Len() > 0 || h.pending.Load() > 0 {
-		select {
-		case <-ctx.Done():
-			h.sessions.EndAll(session.ReasonShutdown)
-			return
-		case <-tick.C:
-		}
+	select {
+	case <-h.queue.Drained():
+		return
+	case <-ctx.Done():
 	}
+	h.shutDown.Store(true)
 	h.sessions.EndAll(session.ReasonShutdown)
-}
-
-// Draining reports whether Drain has begun.
-func (h *Hub) Draining() bool { return h.draining.Load() }
-
-func (h *Hub) writeDraining(w http.ResponseWriter) {
-	w.Header().Set("Retry-After", strconv.Itoa(int(h.opts.GracefulRetryAfter/time.Second)))
-	webdriver.WriteError(w, http.StatusServiceUnavailable, webdriver.ErrSessionNotCreated,
-		"the hub is shutting down and admits no new sessions; retry on another hub or after the restart")
-}
-
-// createSession is POST /session: parse, resolve, queue, start, forward.
-func (h *Hub) createSession(w http.ResponseWriter, r *http.Request) {
-	id := strconv.FormatUint(h.reqIDs.Add(1), 10)
-	logtag.Event(h.log, slog.LevelInfo, id, "NEW_REQUEST", r.RemoteAddr)
-	if h.draining.Load() {
-		h.writeDraining(w)
-		return
+	// A start still under way ends in register, refused: wait for its slot, for
+	// as long as a stop may take.
+	t := time.NewTimer(h.opts.SessionDeleteTimeout)
+	defer t.Stop()
+	select {
+	case <-h.queue.Drained():
+	case <-t.C:
+		logtag.Event(h.log, slog.LevelWarn, "", "DRAIN_INCOMPLETE", fmt.Sprintf("%d slots still held after -session-delete-timeout %v", h.queue.Stats().InUse, h.opts.SessionDeleteTimeout))
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxNewSessionBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			webdriver.WriteError(w, http.StatusRequestEntityTooLarge, webdriver.ErrInvalidArgument,
-				fmt.Sprintf("new session request body is larger than %d MiB; send smaller capabilities (large extensions belong on the browser image)", MaxNewSessionBody>>20))
-			return
-		}
-		logtag.Event(h.log, slog.LevelInfo, id, "CLIENT_DISCONNECTED", "while sending the request: "+err.Error())
-		return
-	}
-	ns, err := webdriver.ParseNewSession(body)
-	var cands []webdriver.Candidate
-	if err == nil {
-		cands, err = ns.Candidates()
-	}
-	if err != nil {
-		logtag.Event(h.log, slog.LevelInfo, id, "BAD_REQUEST", err.Error())
-		webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument, err.Error())
-		return
-	}
-	cand, browser, err := h.resolve(cands)
-	if err != nil {
-		logtag.Event(h.log, slog.LevelInfo, id, "ENVIRONMENT_NOT_AVAILABLE", err.Error())
-		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrSessionNotCreated, err.Error())
-		return
-	}
-	l := h.launchers.Process
-	if !browser.Image.IsCommand() {
-		l = h.launchers.Docker
-	}
-	if l == nil {
-		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrSessionNotCreated,
-			fmt.Sprintf("%s %s: \"image\" %q is a Docker image, but this hub runs without Docker (-disable-docker)", browser.Name, browser.Version, browser.Image))
-		return
-	}
-	if c, ok := l.(launcher.Checker); ok {
-		// Fail at once, before taking a slot or queueing, when the start is doomed.
-		if err := c.Check(r.Context(), browser); err != nil {
-			h.countFailure(browser, err)
-			logtag.Event(h.log, slog.LevelWarn, id, "SESSION_FAILED", err.Error())
-			status := http.StatusInternalServerError
-			var se *launcher.StartError
-			if errors.As(err, &se) && se.Engine {
-				status = http.StatusServiceUnavailable
-			}
-			webdriver.WriteError(w, status, webdriver.ErrSessionNotCreated, err.Error())
-			return
-		}
-	}
-	slot, ok := queuehttp.Admitter{Queue: h.queue}.Admit(w, r, id)
-	if !ok {
-		return
-	}
-	if h.draining.Load() {
-		slot.Release()
-		h.writeDraining(w)
-		return
-	}
-	h.pending.Add(1)
-	res, err := h.start(r.Context(), id, l, ns.W3C, cand, browser)
-	h.pending.Add(-1)
-	slot.Started(startOutcome(r.Context(), err))
-	if err != nil {
-		slot.Release()
-		h.writeStartError(w, r, id, browser, err)
-		return
-	}
-	s := &session.Session{
-		ID: res.id, Browser: browser.Name, Version: browser.Version, Name: cand.Options.Name,
-		Caps: cand.Caps, Started: time.Now(), Instance: res.inst, Idle: h.idleFor(cand.Options),
-	}
-	if err := h.sessions.Add(s, slot); err != nil {
-		h.stop(res.inst)
-		slot.Release()
-		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrSessionNotCreated, err.Error())
-		return
-	}
-	if n, ok := res.inst.(interface{ SetSessionID(string) }); ok {
-		n.SetSessionID(res.id)
-	}
-	h.m.created.Inc()
-	if r.Context().Err() != nil {
-		// Created after the client left: nobody will ever delete it.
-		h.sessions.End(res.id, session.ReasonClientGone)
-		return
-	}
-	logtag.Event(h.log, slog.LevelInfo, id, "SESSION_CREATED", res.id, browser.Name+" "+browser.Version, res.inst.Describe(),
-		fmt.Sprintf("%.3fs", res.took.Seconds()))
-	writeJSON(w, http.StatusOK, sessionResponse(ns.W3C, res.id, res.caps))
-}
-
-// resolve picks the first candidate whose browser is configured.
-func (h *Hub) resolve(cands []webdriver.Candidate) (webdriver.Candidate, config.Resolved, error) {
-	browsers := h.conf.Browsers()
-	var firstErr error
-	for _, c := range cands {
-		if c.Browser == "" {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("no browserName (or deviceName) in the capabilities; configured: %s", describe(browsers))
-			}
-			continue
-		}
-		b, err := browsers.Find(c.Browser, c.Version)
-		if err == nil {
-			return c, b, nil
-		}
-		if firstErr == nil {
-			firstErr = err
-		}
-	}
-	return webdriver.Candidate{}, config.Resolved{}, firstErr
-}
-
-func describe(bs config.Browsers) string {
-	var out []byte
-	for i, n := range bs.Names() {
-		if i > 0 {
-			out = append(out, "; "...)
-		}
-		out = fmt.Appendf(out, "%s (%v)", n, bs.VersionsOf(n))
-	}
-	return string(out)
-}
-
-func (h *Hub) idleFor(o webdriver.Options) time.Duration {
-	if o.SessionTimeout > 0 {
-		if h.opts.MaxTimeout > 0 && o.SessionTimeout > h.opts.MaxTimeout {
-			return h.opts.MaxTimeout
-		}
-		return o.SessionTimeout
-	}
-	return h.opts.IdleTimeout
-}
-
-type started struct {
-	id   string
-	caps any
-	inst launcher.Instance
-	took time.Duration
-}
-
-// driverError is a new-session error answered by the driver itself, passed to
-// the client as the driver said it.
-type driverError struct {
-	status int
-	body   []byte
-}
-
-func (e *driverError) Error() string { return fmt.Sprintf("driver answered %d: %s", e.status, e.body) }
-
-// start launches a browser and creates the driver's session, up to -retry-count
-// times. Whatever fails on the way is stopped before it returns.
-func (h *Hub) start(ctx context.Context, id string, l launcher.Launcher, w3c bool, c webdriver.Candidate, b config.Resolved) (started, error) {
-	body := webdriver.DriverBody(c, w3c, b.Caps)
-	var lastErr error
-	t0 := time.Now()
-	for attempt := 1; attempt <= h.opts.RetryCount; attempt++ {
-		if attempt > 1 {
-			logtag.Event(h.log, slog.LevelInfo, id, "RETRYING", fmt.Sprintf("attempt %d of %d (-retry-count)", attempt, h.opts.RetryCount), lastErr)
-		}
-		inst, err := l.Start(ctx, launcher.Request{ID: id, Browser: b, Options: c.Options})
-		if err != nil {
-			if ctx.Err() != nil {
-				return started{}, ctx.Err()
-			}
-			h.countFailure(b, err)
-			lastErr = err
-			continue
-		}
-		sid, caps, err := h.newDriverSession(ctx, inst, body, b)
-		if err == nil {
-			took := time.Since(t0)
-			h.m.startSeconds.WithLabelValues(b.Name, b.Version).Observe(took.Seconds())
-			return started{id: sid, caps: caps, inst: inst, took: took}, nil
-		}
-		h.stop(inst)
-		if ctx.Err() != nil {
-			return started{}, ctx.Err()
-		}
-		lastErr = err
-		var de *driverError
-		if errors.As(err, &de) && de.status < 500 {
-			return started{}, err // the client's capabilities were refused: retrying won't help
-		}
-		h.countFailure(b, err)
-	}
-	return started{}, lastErr
-}
-
-// startOutcome classifies a start for the start gate: the engine's or host's
-// failures count, the client's (bad capabilities, leaving) do not.
-func startOutcome(ctx context.Context, err error) queue.StartOutcome {
-	if err == nil {
-		return queue.StartSucceeded
-	}
-	if ctx.Err() != nil {
-		return queue.StartIgnored
-	}
-	var se *launcher.StartError
-	if errors.As(err, &se) && se.Engine {
-		return queue.StartFailed
-	}
-	var de *driverError
-	if errors.As(err, &de) && de.status >= 500 {
-		return queue.StartFailed
-	}
-	return queue.StartIgnored
-}
-
-func (h *Hub) countFailure(b config.Resolved, err error) {
-	phase := launcher.PhaseNewSession
-	var se *launcher.StartError
-	if errors.As(err, &se) {
-		phase = se.Phase
-	}
-	h.m.startFailures.WithLabelValues(b.Name, phase).Inc()
-}
-
-// newDriverSession forwards the new-session body to a started driver.
-func (h *Hub) newDriverSession(ctx context.Context, inst launcher.Instance, body []byte, b config.Resolved) (string, any, error) {
-	name := b.Name + " " + b.Version
-	ctx, cancel := context.WithTimeout(ctx, h.opts.SessionAttemptTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, inst.URL().JoinPath("session").String(), bytes.NewReader(body))
-	if err != nil {
-		return "", nil, err
-	}
-	req.Header.Set("Content-Type", "application/json; charset=utf-8")
-	resp, err := h.client.Do(req)
-	if err != nil {
-		msg := fmt.Sprintf("the driver did not create a session within -session-attempt-timeout %v: %v", h.opts.SessionAttemptTimeout, err)
-		if !errors.Is(err, context.DeadlineExceeded) {
-			msg = "the driver's new-session call failed: " + err.Error()
-		}
-		return "", nil, &launcher.StartError{Phase: launcher.PhaseNewSession, Browser: name, Msg: msg, Err: err, Engine: true}
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return "", nil, &launcher.StartError{Phase: launcher.PhaseNewSession, Browser: name, Msg: "reading the driver's new-session answer: " + err.Error(), Err: err}
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", nil, &driverError{status: resp.StatusCode, body: data}
-	}
-	var out struct {
-		SessionID string `json:"sessionId"`
-		Value     struct {
-			SessionID    string          `json:"sessionId"`
-			Capabilities json.RawMessage `json:"capabilities"`
-		} `json:"value"`
-	}
-	if err := json.Unmarshal(data, &out); err != nil {
-		return "", nil, &launcher.StartError{Phase: launcher.PhaseNewSession, Browser: name, Msg: "the driver's new-session answer is not JSON: " + err.Error(), Err: err}
-	}
-	sid, caps := out.Value.SessionID, any(out.Value.Capabilities)
-	if sid == "" {
-		// A JSONWire driver: {"sessionId":…, "status":0, "value":{caps}}.
-		var legacy struct {
-			Value json.RawMessage `json:"value"`
-		}
-		_ = json.Unmarshal(data, &legacy)
-		sid, caps = out.SessionID, legacy.Value
-	}
-	if sid == "" {
-		return "", nil, &launcher.StartError{Phase: launcher.PhaseNewSession, Browser: name, Msg: "the driver's new-session answer has no sessionId: " + truncate(data, 200)}
-	}
-	if raw, ok := caps.(json.RawMessage); ok && len(raw) == 0 {
-		caps = map[string]any{}
-	}
-	return sid, caps, nil
-}
-
-func (h *Hub) stop(inst launcher.Instance) {
-	ctx, cancel := context.WithTimeout(context.Background(), h.opts.SessionDeleteTimeout+time.Second)
-	defer cancel()
-	_ = inst.Stop(ctx)
-}
-
-func (h *Hub) writeStartError(w http.ResponseWriter, r *http.Request, id string, b config.Resolved, err error) {
-	if r.Context().Err() != nil {
-		logtag.Event(h.log, slog.LevelInfo, id, "CLIENT_DISCONNECTED", "during the browser start; it was stopped and its slot released")
-		return
-	}
-	var de *driverError
-	if errors.As(err, &de) {
-		logtag.Event(h.log, slog.LevelWarn, id, "SESSION_FAILED", b.Name+" "+b.Version, truncate(de.body, 300))
-		var body webdriver.ErrorBody
-		if json.Unmarshal(de.body, &body) == nil && body.Value.Error != "" {
-			webdriver.WriteError(w, de.status, body.Value.Error, fmt.Sprintf("%s %s: the driver refused the new session: %s", b.Name, b.Version, body.Value.Message))
-			return
-		}
-		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrSessionNotCreated,
-			fmt.Sprintf("%s %s: the driver answered %d to the new-session call: %s", b.Name, b.Version, de.status, truncate(de.body, 300)))
-		return
-	}
-	logtag.Event(h.log, slog.LevelWarn, id, "SESSION_FAILED", err.Error())
-	webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrSessionNotCreated, err.Error())
-}
-
-func truncate(b []byte, n int) string {
-	if len(b) > n {
-		return string(b[:n]) + "…"
-	}
-	return string(b)
-}
-
-// sessionResponse shapes the answer: a W3C client gets only value.sessionId (ggr
-// rewrites the top-level one when both are present); a JSONWire client gets the
-// top-level sessionId and status 0.
-func sessionResponse(w3c bool, id string, caps any) any {
-	if w3c {
-		return map[string]any{"value": map[string]any{"sessionId": id, "capabilities": caps}}
-	}
-	return map[string]any{"sessionId": id, "status": 0, "value": caps}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, _ := json.Marshal(v)
+	body, err := json.Marshal(v)
+	if err != nil {
+		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnknownError, "encoding the answer: "+err.Error())
+		return
+	}
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(status)

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,11 +41,18 @@ type stubLauncher struct {
 	live       map[*stubInstance]bool
 	bodies     chan []byte // new-session bodies the drivers received, if set
 	starts     atomic.Int32
+	mem        *memTransport // if set, drivers are in-memory handlers on it
+	// wrap, if set, stands between the hub and each driver: a fault a real
+	// driver will not produce on demand (a non-JSON answer, no session id).
+	wrap func(http.Handler) http.Handler
+	// startErr, if set, is what every Start returns.
+	startErr error
 }
 
 type stubInstance struct {
 	l      *stubLauncher
-	srv    *httptest.Server
+	srv    *httptest.Server // nil for an in-memory driver (mem)
+	url    string
 	stub   *wdstub.Server
 	exited chan struct{}
 	once   sync.Once
@@ -62,6 +70,9 @@ func (l *stubLauncher) Start(ctx context.Context, r launcher.Request) (launcher.
 			return nil, ctx.Err()
 		}
 	}
+	if l.startErr != nil {
+		return nil, l.startErr
+	}
 	if l.failStarts.Add(-1) >= 0 {
 		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: r.Browser.Name, Msg: "engine said no"}
 	}
@@ -77,7 +88,15 @@ func (l *stubLauncher) Start(ctx context.Context, r launcher.Request) (launcher.
 			inst.stub.ServeHTTP(w, r)
 		})
 	}
-	inst.srv = httptest.NewServer(h)
+	if l.wrap != nil {
+		h = l.wrap(h)
+	}
+	if l.mem != nil {
+		inst.url = "http://" + l.mem.add(h)
+	} else {
+		inst.srv = httptest.NewServer(h)
+		inst.url = inst.srv.URL
+	}
 	l.mu.Lock()
 	if l.live == nil {
 		l.live = map[*stubInstance]bool{}
@@ -93,15 +112,27 @@ func (l *stubLauncher) liveCount() int {
 	return len(l.live)
 }
 
-func (i *stubInstance) URL() *url.URL           { u, _ := url.Parse(i.srv.URL + "/"); return u }
+func (i *stubInstance) Endpoints() launcher.Endpoints {
+	u, _ := url.Parse(i.url + "/")
+	return launcher.Endpoints{Driver: u}
+}
 func (i *stubInstance) Exited() <-chan struct{} { return i.exited }
 func (i *stubInstance) ExitReason() string      { return "driver process ended: signal: killed" }
-func (i *stubInstance) Describe() string        { return "stub " + i.srv.URL }
+func (i *stubInstance) Describe() string        { return "stub " + i.url }
+func (i *stubInstance) SessionCreated(string)   {}
+func (i *stubInstance) close() {
+	if i.srv != nil {
+		i.srv.CloseClientConnections()
+		i.srv.Close()
+		return
+	}
+	i.l.mem.remove(strings.TrimPrefix(i.url, "http://"))
+}
 func (i *stubInstance) crash() {
-	i.once.Do(func() { i.srv.CloseClientConnections(); i.srv.Close(); close(i.exited) })
+	i.once.Do(func() { i.close(); close(i.exited) })
 }
 func (i *stubInstance) Stop(context.Context) error {
-	i.once.Do(func() { i.srv.Close() })
+	i.once.Do(i.close)
 	i.l.mu.Lock()
 	delete(i.l.live, i)
 	i.l.mu.Unlock()
@@ -110,7 +141,7 @@ func (i *stubInstance) Stop(context.Context) error {
 
 type fixture struct {
 	ev   logtest.Lines
-	t    *testing.T
+	t    testing.TB
 	hub  *Hub
 	srv  *httptest.Server
 	l    *stubLauncher
@@ -124,7 +155,12 @@ const testBrowsers = `{"chrome": {"default": "128.0", "versions": {
   "127.0": {"image": ["chromedriver"]}}},
   "firefox": {"default": "1", "versions": {"1": {"image": "selenoid/firefox"}}}}`
 
-func newFixture(t *testing.T, qopts queue.Options, hopts Options, l *stubLauncher) *fixture {
+func newFixture(t testing.TB, qopts queue.Options, hopts Options, l *stubLauncher) *fixture {
+	t.Helper()
+	return newFixtureWith(t, qopts, hopts, session.Options{}, l)
+}
+
+func newFixtureWith(t testing.TB, qopts queue.Options, hopts Options, sopts session.Options, l *stubLauncher) *fixture {
 	t.Helper()
 	f := &fixture{t: t, l: l, reg: prometheus.NewRegistry()}
 	var log *slog.Logger
@@ -133,25 +169,26 @@ func newFixture(t *testing.T, qopts queue.Options, hopts Options, l *stubLaunche
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.q, err = queue.New(qopts, nil, f.reg); err != nil {
+	if f.q, err = queue.New(qopts, log, f.reg); err != nil {
 		t.Fatal(err)
 	}
-	if f.sess, err = session.New(session.Options{StopTimeout: time.Second}, log, f.reg); err != nil {
+	if f.sess, err = session.New(sopts, log, f.reg); err != nil {
 		t.Fatal(err)
 	}
-	if hopts.SessionAttemptTimeout == 0 {
-		hopts.SessionAttemptTimeout = 5 * time.Second
-	}
-	if hopts.SessionDeleteTimeout == 0 {
-		hopts.SessionDeleteTimeout = 5 * time.Second
+	if l.mem != nil {
+		hopts.Transport = l.mem
 	}
 	if f.hub, err = New(hopts, f.q, config.NewStore(bs), Launchers{Process: l}, f.sess, log, f.reg); err != nil {
 		t.Fatal(err)
 	}
-	f.srv = httptest.NewServer(f.hub)
+	if l.mem == nil {
+		f.srv = httptest.NewServer(f.hub)
+	}
 	t.Cleanup(func() {
 		f.sess.EndAll(session.ReasonShutdown)
-		f.srv.Close()
+		if f.srv != nil {
+			f.srv.Close()
+		}
 		if n := l.liveCount(); n != 0 {
 			t.Errorf("%d stub drivers left running", n)
 		}
@@ -164,13 +201,24 @@ func newFixture(t *testing.T, qopts queue.Options, hopts Options, l *stubLaunche
 
 func (f *fixture) do(method, path, body string, hdr ...string) (*http.Response, map[string]any) {
 	f.t.Helper()
-	req, _ := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		f.t.Fatal(err)
+	var resp *http.Response
+	if f.srv == nil { // in fake time: no socket, the handler is called directly
+		req := httptest.NewRequest(method, path, strings.NewReader(body))
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		rec := httptest.NewRecorder()
+		f.hub.ServeHTTP(rec, req)
+		resp = rec.Result()
+	} else {
+		req, _ := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		var err error
+		if resp, err = http.DefaultClient.Do(req); err != nil {
+			f.t.Fatal(err)
+		}
 	}
 	defer resp.Body.Close()
 	var out map[string]any
@@ -237,6 +285,7 @@ func TestProxyForwardsPathQueryAndBody(t *testing.T) {
 	f.do("DELETE", "/session/"+id, "")
 }
 
+// Errors outside session creation (creation's are TestCreateErrorTable's).
 func TestErrors(t *testing.T) {
 	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
 	cases := []struct {
@@ -244,11 +293,6 @@ func TestErrors(t *testing.T) {
 		status             int
 		code, msg          string
 	}{
-		{"POST", "/wd/hub/session", `{"capabilities":`, 400, "invalid argument", "not a JSON object"},
-		{"POST", "/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"opera"}}}`, 500, "session not created", "configured: chrome (127.0, 128.0); firefox (1)"},
-		{"POST", "/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","browserVersion":"99"}}}`, 500, "session not created", "configured versions: 127.0, 128.0"},
-		{"POST", "/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"firefox"}}}`, 500, "session not created", "-disable-docker"},
-		{"POST", "/wd/hub/session", `{"capabilities":{"alwaysMatch":{}}}`, 500, "session not created", "no browserName"},
 		{"GET", "/wd/hub/session/nope/url", "", 404, "invalid session id", "session nope is not known"},
 		{"DELETE", "/session/nope", "", 404, "invalid session id", "nope"},
 		{"GET", "/wd/hub/nothing", "", 404, "unknown command", "not a WebDriver endpoint"},
@@ -260,14 +304,6 @@ func TestErrors(t *testing.T) {
 		if resp.StatusCode != c.status || code != c.code || !strings.Contains(msg, c.msg) {
 			t.Errorf("%s %s: %d %q %q; want %d %q containing %q", c.method, c.path, resp.StatusCode, code, msg, c.status, c.code, c.msg)
 		}
-	}
-	big := `{"capabilities":{"alwaysMatch":{"browserName":"chrome","x":"` + strings.Repeat("a", MaxNewSessionBody) + `"}}}`
-	resp, body := f.do("POST", "/wd/hub/session", big)
-	if code, msg := errOf(body); resp.StatusCode != 413 || code != "invalid argument" || !strings.Contains(msg, "32 MiB") {
-		t.Errorf("oversized body: %d %q %q", resp.StatusCode, code, msg)
-	}
-	if f.l.starts.Load() != 0 {
-		t.Fatal("a bad request started a browser")
 	}
 }
 
@@ -446,19 +482,76 @@ func TestNoWaitThroughHub(t *testing.T) {
 		t.Fatalf("%d %v %v", resp.StatusCode, resp.Header, body)
 	}
 	f.do("DELETE", "/session/"+id, "")
-	_ = webdriver.ErrSessionNotCreated
 }
 
+// The driver's new-session call is cut at -session-attempt-timeout and counted as
+// a start failure; in fake time.
 func TestSessionAttemptTimeout(t *testing.T) {
-	l := &stubLauncher{stub: wdstub.Options{NewSessionDelay: time.Hour}}
-	f := newFixture(t, queue.Options{Limit: 1}, Options{SessionAttemptTimeout: 200 * time.Millisecond}, l)
-	resp, body := f.do("POST", "/session", w3cChrome)
-	if code, msg := errOf(body); resp.StatusCode != 500 || code != "session not created" || !strings.Contains(msg, "within -session-attempt-timeout 200ms") {
-		t.Fatalf("%d %q %q", resp.StatusCode, code, msg)
-	}
-	if got := testutil.ToFloat64(f.hub.m.startFailures.WithLabelValues("chrome", "new-session")); got != 1 {
-		t.Fatalf("start_failures{new-session} = %v", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		l := &stubLauncher{mem: newMemTransport(), stub: wdstub.Options{NewSessionDelay: time.Hour}}
+		f := newFixture(t, queue.Options{Limit: 1}, Options{SessionAttemptTimeout: 200 * time.Millisecond}, l)
+		start := time.Now()
+		resp, body := f.do("POST", "/session", w3cChrome)
+		if code, msg := errOf(body); resp.StatusCode != 500 || code != "session not created" || !strings.Contains(msg, "within -session-attempt-timeout 200ms") {
+			t.Fatalf("%d %q %q", resp.StatusCode, code, msg)
+		}
+		if took := time.Since(start); took != 200*time.Millisecond {
+			t.Fatalf("answered after %v", took)
+		}
+		if got := testutil.ToFloat64(f.hub.m.startFailures.WithLabelValues("chrome", "new-session")); got != 1 {
+			t.Fatalf("start_failures{new-session} = %v", got)
+		}
+	})
+}
+
+// A session with no command for -timeout ends, its slot goes back, and a late
+// command learns why; a command in between restarts the clock. In fake minutes.
+func TestIdleTimeoutThroughHub(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &stubLauncher{mem: newMemTransport()}
+		f := newFixture(t, queue.Options{Limit: 1}, Options{IdleTimeout: time.Minute}, l)
+		_, body := f.do("POST", "/session", w3cChrome)
+		id := body["value"].(map[string]any)["sessionId"].(string)
+		time.Sleep(50 * time.Second)
+		if resp, _ := f.do("GET", "/session/"+id+"/url", ""); resp.StatusCode != 200 {
+			t.Fatal("command before the idle timeout failed")
+		}
+		time.Sleep(59 * time.Second) // 109s since creation, 59s since the command
+		if f.sess.Len() != 1 {
+			t.Fatal("the command did not restart the idle clock")
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		resp, body := f.do("GET", "/session/"+id+"/url", "")
+		if code, msg := errOf(body); resp.StatusCode != 404 || code != "invalid session id" || !strings.Contains(msg, "no command came for 1m0s") {
+			t.Fatalf("%d %q %q", resp.StatusCode, code, msg)
+		}
+		if f.q.Stats().InUse != 0 || l.liveCount() != 0 {
+			t.Fatal("an idle session kept its slot or driver")
+		}
+	})
+}
+
+// -max-session-lifetime ends a busy session too.
+func TestMaxLifetimeThroughHub(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &stubLauncher{mem: newMemTransport()}
+		f := newFixtureWith(t, queue.Options{Limit: 1}, Options{}, session.Options{MaxLifetime: 10 * time.Minute}, l)
+		_, body := f.do("POST", "/session", w3cChrome)
+		id := body["value"].(map[string]any)["sessionId"].(string)
+		for range 9 {
+			time.Sleep(time.Minute)
+			if resp, _ := f.do("GET", "/session/"+id+"/url", ""); resp.StatusCode != 200 {
+				t.Fatal("busy session ended before its lifetime")
+			}
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		resp, body := f.do("GET", "/session/"+id+"/url", "")
+		if code, msg := errOf(body); resp.StatusCode != 404 || code != "invalid session id" || !strings.Contains(msg, "-max-session-lifetime") {
+			t.Fatalf("%d %q %q", resp.StatusCode, code, msg)
+		}
+	})
 }
 
 func TestSessionTimeoutCappedByMaxTimeout(t *testing.T) {
@@ -477,7 +570,7 @@ type downLauncher struct{ *stubLauncher }
 
 func (downLauncher) Ready() (bool, string) { return false, "Docker engine unreachable: injected" }
 func (downLauncher) Check(_ context.Context, b config.Resolved) error {
-	return &launcher.StartError{Phase: launcher.PhaseStart, Browser: b.Name, Engine: true, Msg: "the Docker engine is unreachable (injected)"}
+	return &launcher.StartError{Phase: launcher.PhaseStart, Browser: b.Name, Engine: true, Down: true, Msg: "the Docker engine is unreachable (injected)"}
 }
 
 func TestBackendDownFailsFast(t *testing.T) {
@@ -489,10 +582,85 @@ func TestBackendDownFailsFast(t *testing.T) {
 		t.Fatalf("readyz: %d %v", resp.StatusCode, body)
 	}
 	resp, body = f.do("POST", "/session", w3cChrome)
-	if code, msg := errOf(body); resp.StatusCode != 503 || code != "session not created" || !strings.Contains(msg, "unreachable") {
-		t.Fatalf("create: %d %v", resp.StatusCode, body)
+	if code, msg := errOf(body); resp.StatusCode != 503 || code != "session not created" || !strings.Contains(msg, "unreachable") || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("create: %d %v %v", resp.StatusCode, resp.Header, body)
 	}
 	if l.starts.Load() != 0 || f.q.Stats().InUse != 0 {
 		t.Fatal("a doomed start took a slot or started")
+	}
+}
+
+// Drain returns the moment the last session ends, not on a polling tick; in fake
+// time the two instants are equal.
+func TestDrainIsEventDriven(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &stubLauncher{mem: newMemTransport()}
+		f := newFixture(t, queue.Options{Limit: 2}, Options{}, l)
+		_, body := f.do("POST", "/session", w3cChrome)
+		id := body["value"].(map[string]any)["sessionId"].(string)
+		var drained time.Time
+		done := make(chan struct{})
+		go func() { f.hub.Drain(context.Background()); drained = time.Now(); close(done) }()
+		time.Sleep(5*time.Minute + 50*time.Millisecond) // off any 100ms polling tick
+		ended := time.Now()
+		f.do("DELETE", "/session/"+id, "")
+		<-done
+		if !drained.Equal(ended) {
+			t.Fatalf("Drain returned %v after the last session ended", drained.Sub(ended))
+		}
+	})
+}
+
+// stopFailing is a stub driver whose stop fails, as a container the engine will
+// not remove does: the failure is logged, never lost.
+type stopFailing struct{ *stubInstance }
+
+func (s stopFailing) Stop(ctx context.Context) error {
+	s.stubInstance.Stop(ctx)
+	return errors.New("removing container 3f2a: injected failure")
+}
+
+type stopFailingLauncher struct{ *stubLauncher }
+
+func (l stopFailingLauncher) Start(ctx context.Context, r launcher.Request) (launcher.Instance, error) {
+	inst, err := l.stubLauncher.Start(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return stopFailing{inst.(*stubInstance)}, nil
+}
+
+func TestStopErrorsAreLogged(t *testing.T) {
+	l := &stubLauncher{}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	f.hub.launchers.Process = stopFailingLauncher{l}
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	f.do("DELETE", "/session/"+id, "")
+	if line := f.ev.Wait(t, "[SESSION_DELETED]", 10*time.Second); !strings.Contains(line, "stop failed: removing container 3f2a: injected failure") {
+		t.Fatalf("failed stop not logged: %q", line)
+	}
+	// A start whose driver refuses the session is stopped by the hub itself.
+	resp, _ := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","wdstub:reject":true}}}`)
+	if resp.StatusCode != 400 {
+		t.Fatalf("refused start: %d", resp.StatusCode)
+	}
+	if line := f.ev.Wait(t, "[STOP_FAILED]", 10*time.Second); !strings.Contains(line, "injected failure") {
+		t.Fatalf("failed stop not logged: %q", line)
+	}
+}
+
+// The zero Options work: New fills in every default.
+func TestZeroOptions(t *testing.T) {
+	h, err := New(Options{}, nil, nil, Launchers{}, nil, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := h.opts
+	if o.SessionAttemptTimeout != DefaultSessionAttemptTimeout || o.SessionDeleteTimeout != DefaultSessionDeleteTimeout || o.RetryCount != 1 || o.Transport == nil || o.Version == "" {
+		t.Fatalf("defaults %+v", o)
+	}
+	if _, err := New(Options{RetryCount: -1}, nil, nil, Launchers{}, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "-retry-count") {
+		t.Fatalf("negative -retry-count: %v", err)
 	}
 }

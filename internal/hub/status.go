@@ -121,5 +121,5 @@ func (h *Hub) gateStats() any {
 	if h.opts.Gate == nil {
 		return nil
 	}
-	return h.opts.Gate()
+	return h.opts.Gate.Stats()
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/websummoner/websummoner/internal/config"
@@ -25,19 +26,40 @@ type Request struct {
 	Options webdriver.Options
 }
 
+// Endpoints say where a running session's services are. Driver is always set;
+// every other one is nil when the instance does not offer that service, so a
+// handler for a side channel needs no knowledge of how the browser runs.
+type Endpoints struct {
+	// Driver is the WebDriver base URL, browsers.json "path" included; the hub
+	// appends "/session…" to it.
+	Driver *url.URL
+	// DevTools is the browser's DevTools HTTP and WebSocket endpoint (Selenoid's
+	// image contract: port 7070).
+	DevTools *url.URL
+	// VNC is the RFB server of the browser's screen (port 5900), as tcp://host:port.
+	VNC *url.URL
+	// Files is the file server of the browser's downloads (port 8080).
+	Files *url.URL
+	// Clipboard is the clipboard service (port 9090).
+	Clipboard *url.URL
+}
+
 // Instance is one running browser and its driver.
 type Instance interface {
-	// URL is the driver's base URL, browsers.json "path" included; the hub appends
-	// "/session…" to it.
-	URL() *url.URL
+	// Endpoints says where the session's driver and side services are.
+	Endpoints() Endpoints
 	// Exited is closed when the driver or browser ends on its own, not through Stop.
 	Exited() <-chan struct{}
 	// ExitReason says why it exited, once Exited is closed.
 	ExitReason() string
 	// Describe names the instance for /status and logs: a container id, a pid.
 	Describe() string
+	// SessionCreated tells the instance the driver's session id once the session
+	// exists, so that what it keeps per session (a log file) carries the id.
+	SessionCreated(id string)
 	// Stop ends the browser and frees everything it held; it is safe to call once
-	// the instance has exited, and more than once.
+	// the instance has exited, and more than once (later calls return the first
+	// call's error). The error says what could not be freed.
 	Stop(ctx context.Context) error
 }
 
@@ -66,6 +88,9 @@ type StartError struct {
 	Err error
 	// Engine marks a failure of the engine or host (the start gate counts these).
 	Engine bool
+	// Down marks a backend that does not answer at all (the Docker engine is
+	// unreachable): the request may be retried later, and is answered 503.
+	Down bool
 }
 
 func (e *StartError) Error() string {
@@ -83,6 +108,93 @@ type Checker interface {
 // Readier is implemented by launchers whose backend can be down; /readyz asks it.
 type Readier interface {
 	Ready() (bool, string)
+}
+
+// Default start policy values, used for a zero Options field.
+const (
+	DefaultStartupTimeout = 30 * time.Second
+	DefaultStopTimeout    = 30 * time.Second
+	DefaultInstance       = "websummoner"
+)
+
+// Options are the start policy every launcher shares. The zero value works:
+// each zero field takes its default.
+type Options struct {
+	// StartupTimeout is -service-startup-timeout: how long a started browser's
+	// driver may take to answer; zero means DefaultStartupTimeout.
+	StartupTimeout time.Duration
+	// StopTimeout is -session-delete-timeout: how long a browser has to stop before
+	// it is killed; zero means DefaultStopTimeout.
+	StopTimeout time.Duration
+	// Instance names this hub; what it starts carries the name, so what an earlier
+	// run of the same name left is found and removed. Empty means DefaultInstance.
+	Instance string
+}
+
+// WithDefaults returns o with every zero field set to its default.
+func (o Options) WithDefaults() Options {
+	if o.StartupTimeout <= 0 {
+		o.StartupTimeout = DefaultStartupTimeout
+	}
+	if o.StopTimeout <= 0 {
+		o.StopTimeout = DefaultStopTimeout
+	}
+	if o.Instance == "" {
+		o.Instance = DefaultInstance
+	}
+	return o
+}
+
+// Validate says which flag holds a value no launcher can work with.
+func (o Options) Validate() error {
+	switch {
+	case o.StartupTimeout < 0:
+		return fmt.Errorf("-service-startup-timeout must be a positive duration such as 30s (got %v)", o.StartupTimeout)
+	case o.StopTimeout < 0:
+		return fmt.Errorf("-session-delete-timeout must be a positive duration such as 30s (got %v)", o.StopTimeout)
+	case strings.ContainsAny(o.Instance, "/= \t\n"):
+		return fmt.Errorf("-instance must be a name without '/', '=' or spaces (got %q)", o.Instance)
+	}
+	return nil
+}
+
+// Env is a session's environment, in one order for every launcher, later
+// entries winning: the client's "env", then what the hub derives from the
+// client's options (TZ, SCREEN_RESOLUTION, ENABLE_VNC), then the operator's
+// browsers.json "env". The operator has the last word over what runs on the
+// host. Each name appears once, at the place of its first mention.
+func Env(r Request) []string {
+	var derived []string
+	if r.Options.TimeZone != "" {
+		derived = append(derived, "TZ="+r.Options.TimeZone)
+	}
+	if r.Options.ScreenResolution != "" {
+		derived = append(derived, "SCREEN_RESOLUTION="+r.Options.ScreenResolution)
+	}
+	if r.Options.EnableVNC {
+		derived = append(derived, "ENABLE_VNC=true")
+	}
+	var out []string
+	at := map[string]int{}
+	for _, layer := range [][]string{r.Options.Env, derived, r.Browser.Env} {
+		for _, kv := range layer {
+			name, _, _ := strings.Cut(kv, "=")
+			if i, ok := at[name]; ok {
+				out[i] = kv
+				continue
+			}
+			at[name] = len(out)
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// ReadyClient is the HTTP client a launcher polls a driver's /status with: no
+// connection kept (each poll may hit a driver that is not listening yet), and a
+// short bound per poll so one stuck poll cannot eat the start-up budget.
+func ReadyClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
 }
 
 // ErrExited is returned by WaitReady when the instance exits before answering.

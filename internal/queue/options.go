@@ -33,9 +33,6 @@ type Options struct {
 	MaxWaiting int
 	// Gate, if set, must also permit a browser start for a request to be admitted.
 	Gate Gate
-	// RandIntN returns a uniform int in [0, n); it draws Retry-After. It is called
-	// with the queue's lock held. Nil means math/rand/v2.IntN.
-	RandIntN func(n int) int
 
 	// FastThreshold is the longest wait that still counts as a fast admission:
 	// Timeout/20, at least 1s. Set by Resolve.

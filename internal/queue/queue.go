@@ -86,6 +86,11 @@ type Gate interface {
 	CanStart() bool
 	// FinishStart ends a reserved start.
 	FinishStart(o StartOutcome, latency time.Duration)
+	// Notify gives the gate the function to call, outside its own lock, whenever
+	// it may newly permit a start without a slot being released (its limit rose,
+	// the engine came back). The queue passes its Kick; without it, waiters
+	// would sit until the next release.
+	Notify(wake func())
 }
 
 // Request is what the queue needs to know about a new-session request.
@@ -189,13 +194,13 @@ type waiter struct {
 
 // Queue hands out -limit slots to new-session requests.
 type Queue struct {
-	opts    Options
-	log     *slog.Logger
-	randInt func(int) int
-	m       *metrics
+	opts Options
+	log  *slog.Logger
+	m    *metrics
 
 	mu       sync.Mutex
 	closed   bool
+	drained  chan struct{} // closed once the queue is closed and no slot is held
 	inUse    int
 	waiters  list.List // of *waiter, oldest first
 	lastFast time.Time // time of the last fast admission; idle = now - lastFast
@@ -212,16 +217,13 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Queue, 
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	q := &Queue{opts: opts, log: logger, randInt: opts.RandIntN, lastFast: time.Now()}
-	if q.randInt == nil {
-		q.randInt = rand.IntN
-	}
+	q := &Queue{opts: opts, log: logger, lastFast: time.Now(), drained: make(chan struct{})}
 	q.m, err = newMetrics(q, reg)
 	if err != nil {
 		return nil, err
 	}
-	if n, ok := opts.Gate.(interface{ Notify(func()) }); ok {
-		n.Notify(q.Kick)
+	if opts.Gate != nil {
+		opts.Gate.Notify(q.Kick)
 	}
 	return q, nil
 }
@@ -241,7 +243,7 @@ func (q *Queue) Acquire(ctx context.Context, r Request) (*Slot, Outcome) {
 	now := time.Now()
 	idle := now.Sub(q.lastFast)
 	if q.closed {
-		return nil, q.refuseLocked(Outcome{Idle: idle, limit: q.opts.Limit, opts: &q.opts}, ReasonClosed)
+		return nil, q.refuseLocked(r, Outcome{Idle: idle, limit: q.opts.Limit, opts: &q.opts}, ReasonClosed)
 	}
 	if q.inUse < q.opts.Limit && q.waiters.Len() == 0 && q.tryStartLocked() {
 		q.inUse++
@@ -253,17 +255,17 @@ func (q *Queue) Acquire(ctx context.Context, r Request) (*Slot, Outcome) {
 	out := Outcome{Idle: idle, State: q.stateAt(idle), limit: q.opts.Limit, opts: &q.opts}
 	switch {
 	case q.opts.Disabled:
-		return nil, q.refuseLocked(out, ReasonDisabled)
+		return nil, q.refuseLocked(r, out, ReasonDisabled)
 	case r.NoWait:
-		return nil, q.refuseLocked(out, ReasonNoWait)
+		return nil, q.refuseLocked(r, out, ReasonNoWait)
 	}
 	if q.opts.MaxWaiting > 0 && q.waiters.Len() >= q.opts.MaxWaiting {
-		return nil, q.refuseLocked(out, ReasonFull)
+		return nil, q.refuseLocked(r, out, ReasonFull)
 	}
 	if out.State == Saturated {
 		out.Budget = q.opts.SaturatedBudget
 		if out.Budget == 0 {
-			return nil, q.refuseLocked(out, ReasonShed)
+			return nil, q.refuseLocked(r, out, ReasonShed)
 		}
 	} else {
 		out.Budget = q.opts.KeepingUpBudget
@@ -302,16 +304,16 @@ func (q *Queue) Acquire(ctx context.Context, r Request) (*Slot, Outcome) {
 	q.removeLocked(w)
 	out.Waited = time.Since(w.queued)
 	if w.closed {
-		return nil, q.refuseLocked(out, ReasonClosed)
+		return nil, q.refuseLocked(r, out, ReasonClosed)
 	}
 	if ctx.Err() != nil {
 		q.mu.Unlock()
 		return nil, q.cancelled(out, r)
 	}
 	if out.State == Saturated {
-		return nil, q.refuseLocked(out, ReasonShed)
+		return nil, q.refuseLocked(r, out, ReasonShed)
 	}
-	return nil, q.refuseLocked(out, ReasonTimeout)
+	return nil, q.refuseLocked(r, out, ReasonTimeout)
 }
 
 // Close refuses every waiting request and every later one with ReasonClosed;
@@ -319,7 +321,11 @@ func (q *Queue) Acquire(ctx context.Context, r Request) (*Slot, Outcome) {
 func (q *Queue) Close() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if q.closed {
+		return
+	}
 	q.closed = true
+	q.drainedLocked()
 	for e := q.waiters.Front(); e != nil; e = q.waiters.Front() {
 		w := e.Value.(*waiter)
 		q.removeLocked(w)
@@ -336,9 +342,9 @@ func (q *Queue) stateAt(idle time.Duration) State {
 }
 
 // refuseLocked completes a refusal: it draws Retry-After, unlocks, counts and logs.
-func (q *Queue) refuseLocked(out Outcome, reason Reason) Outcome {
+func (q *Queue) refuseLocked(r Request, out Outcome, reason Reason) Outcome {
 	out.Reason = reason
-	out.RetryAfter = q.retryAfterLocked()
+	out.RetryAfter = q.RetryAfter()
 	q.mu.Unlock()
 	q.m.rejected.WithLabelValues(string(reason)).Inc()
 	tag := map[Reason]string{
@@ -349,7 +355,7 @@ func (q *Queue) refuseLocked(out Outcome, reason Reason) Outcome {
 		ReasonClosed:   "QUEUE_CLOSED",
 		ReasonFull:     "QUEUE_FULL",
 	}[reason]
-	logtag.Event(q.log, slog.LevelInfo, "", tag, out.State, "waited "+out.Waited.Round(time.Millisecond).String(),
+	logtag.Event(q.log, slog.LevelInfo, r.ID, tag, out.State, "waited "+out.Waited.Round(time.Millisecond).String(),
 		"budget "+budgetString(out.Budget), fmt.Sprintf("retry after %ds", int(out.RetryAfter/time.Second)))
 	return out
 }
@@ -360,13 +366,16 @@ func (q *Queue) cancelled(out Outcome, r Request) Outcome {
 	return out
 }
 
-func (q *Queue) retryAfterLocked() time.Duration {
+// RetryAfter draws a Retry-After hint: a whole number of seconds, uniform over
+// [1, -queue-timeout] (or [1, DefaultRetryAfterMax] while it is unset), so that
+// refused clients do not all come back on the same second.
+func (q *Queue) RetryAfter() time.Duration {
 	hi := q.opts.Timeout
 	if hi == 0 {
 		hi = DefaultRetryAfterMax
 	}
 	n := max(int(hi/time.Second), 1)
-	return time.Duration(1+q.randInt(n)) * time.Second
+	return time.Duration(1+rand.IntN(n)) * time.Second
 }
 
 func (q *Queue) removeLocked(w *waiter) {
@@ -380,8 +389,23 @@ func (q *Queue) release() {
 	q.mu.Lock()
 	q.inUse--
 	q.dispatchLocked(time.Now())
+	q.drainedLocked()
 	q.mu.Unlock()
 }
+
+func (q *Queue) drainedLocked() {
+	if q.closed && q.inUse == 0 {
+		select {
+		case <-q.drained:
+		default:
+			close(q.drained)
+		}
+	}
+}
+
+// Drained is closed once the queue is closed and every slot has been released:
+// no session is running and none is starting.
+func (q *Queue) Drained() <-chan struct{} { return q.drained }
 
 // Kick admits waiters that have become admissible without a slot being released:
 // the gate calls it when it permits more starts.

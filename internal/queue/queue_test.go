@@ -459,6 +459,7 @@ type fakeGate struct {
 	permits  int
 	inFlight int
 	finished []StartOutcome
+	wake     func()
 }
 
 func (g *fakeGate) TryStart() bool {
@@ -470,6 +471,8 @@ func (g *fakeGate) TryStart() bool {
 	g.inFlight++
 	return true
 }
+
+func (g *fakeGate) Notify(wake func()) { g.wake = wake }
 
 func (g *fakeGate) CanStart() bool {
 	g.mu.Lock()
@@ -504,7 +507,7 @@ func TestGateIsPartOfAdmission(t *testing.T) {
 		}
 		time.Sleep(10 * time.Second)
 		a.slot.Started(StartSucceeded) // A's browser is up: the gate frees, B may start
-		h.q.Kick()                     // what capacity.Gate does through Notify
+		g.wake()                       // what capacity.Gate does through Notify
 		synctest.Wait()
 		if !b.out.Admitted || b.out.Waited != 10*time.Second {
 			t.Fatalf("B: %+v", b.out)

@@ -56,22 +56,23 @@ type Session struct {
 	// Idle is this session's idle timeout (-timeout, or its sessionTimeout).
 	Idle time.Duration
 
-	slot     Releaser
-	base     *url.URL
-	inflight int
-	idle     *time.Timer
-	life     *time.Timer
-	ended    chan struct{}
-	once     sync.Once
+	slot      Releaser
+	endpoints launcher.Endpoints
+	inflight  int
+	idle      *time.Timer
+	life      *time.Timer
+	ended     chan struct{}
+	once      sync.Once
 }
 
 // URL is the driver's base URL.
-func (s *Session) URL() *url.URL { return s.base }
+func (s *Session) URL() *url.URL { return s.endpoints.Driver }
 
-// Options configure a Registry.
+// Endpoints says where the session's driver and side services are.
+func (s *Session) Endpoints() launcher.Endpoints { return s.endpoints }
+
+// Options configure a Registry. The zero value works.
 type Options struct {
-	// StopTimeout bounds how long stopping a browser may take (-session-delete-timeout).
-	StopTimeout time.Duration
 	// MaxLifetime ends any session this long after it started, busy or not; 0 = never.
 	MaxLifetime time.Duration
 	// Remember is how many ended sessions are remembered, so that a late command
@@ -125,7 +126,7 @@ var ErrDuplicate = errors.New("session id already in use")
 // slot and will release both exactly once. On error the caller still owns them.
 func (r *Registry) Add(s *Session, slot Releaser) error {
 	s.slot = slot
-	s.base = s.Instance.URL()
+	s.endpoints = s.Instance.Endpoints()
 	s.ended = make(chan struct{})
 	r.mu.Lock()
 	if _, dup := r.sessions[s.ID]; dup {
@@ -201,11 +202,10 @@ func (r *Registry) End(id, reason string) bool {
 		if reason == ReasonCrashed {
 			details = append(details, s.Instance.ExitReason())
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), r.opts.StopTimeout+time.Second)
-		if err := s.Instance.Stop(ctx); err != nil {
-			details = append(details, "stop: "+err.Error())
+		// The launcher bounds a stop by its own -session-delete-timeout.
+		if err := s.Instance.Stop(context.Background()); err != nil {
+			details = append(details, "stop failed: "+err.Error())
 		}
-		cancel()
 		s.slot.Release()
 		r.ended.WithLabelValues(reason).Inc()
 		logtag.Event(r.log, slog.LevelInfo, id, eventOf[reason], details...)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/websummoner/websummoner/internal/launcher"
 )
 
 // fakeInstance counts Stops and can be made to "crash"; no browser is involved
@@ -23,7 +25,10 @@ type fakeInstance struct {
 
 func newFake() *fakeInstance { return &fakeInstance{exited: make(chan struct{})} }
 
-func (f *fakeInstance) URL() *url.URL              { return &url.URL{Scheme: "http", Host: "127.0.0.1:1"} }
+func (f *fakeInstance) Endpoints() launcher.Endpoints {
+	return launcher.Endpoints{Driver: &url.URL{Scheme: "http", Host: "127.0.0.1:1"}}
+}
+func (f *fakeInstance) SessionCreated(string)      {}
 func (f *fakeInstance) Exited() <-chan struct{}    { return f.exited }
 func (f *fakeInstance) ExitReason() string         { return "driver process ended: signal: killed" }
 func (f *fakeInstance) Describe() string           { return "fake" }
@@ -53,7 +58,7 @@ func add(t *testing.T, r *Registry, id string, idle time.Duration) (*fakeInstanc
 
 func TestIdleTimeoutAndCommandsInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r, _ := setup(t, Options{StopTimeout: time.Second})
+		r, _ := setup(t, Options{})
 		inst, slot := add(t, r, "a", time.Minute)
 		time.Sleep(59 * time.Second)
 		s, ok := r.Begin("a") // a command: the idle clock stops while it runs
@@ -84,7 +89,7 @@ func TestIdleTimeoutAndCommandsInFlight(t *testing.T) {
 
 func TestLifetime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r, reg := setup(t, Options{StopTimeout: time.Second, MaxLifetime: time.Hour})
+		r, _ := setup(t, Options{MaxLifetime: time.Hour})
 		_, slot := add(t, r, "a", time.Minute)
 		for range 70 { // busy: a command every minute keeps idle away
 			time.Sleep(59 * time.Second)
@@ -100,13 +105,12 @@ func TestLifetime(t *testing.T) {
 		if got := testutil.ToFloat64(r.ended.WithLabelValues(ReasonLifetime)); got != 1 {
 			t.Fatalf("ended{lifetime} = %v", got)
 		}
-		_ = reg
 	})
 }
 
 func TestCrashEndsSession(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r, _ := setup(t, Options{StopTimeout: time.Second})
+		r, _ := setup(t, Options{})
 		inst, slot := add(t, r, "a", 0)
 		inst.crash()
 		synctest.Wait()
@@ -122,7 +126,7 @@ func TestCrashEndsSession(t *testing.T) {
 // Every way to end a session racing at once: one Stop, one Release, one count.
 func TestEndExactlyOnce(t *testing.T) {
 	for range 100 {
-		r, _ := setup(t, Options{StopTimeout: time.Second})
+		r, _ := setup(t, Options{})
 		inst, slot := add(t, r, "a", time.Microsecond)
 		var wg sync.WaitGroup
 		for _, reason := range []string{ReasonDeleted, ReasonShutdown, ReasonClientGone} {
@@ -145,7 +149,7 @@ func TestEndExactlyOnce(t *testing.T) {
 }
 
 func TestDuplicateAndRemember(t *testing.T) {
-	r, _ := setup(t, Options{StopTimeout: time.Second, Remember: 2})
+	r, _ := setup(t, Options{Remember: 2})
 	add(t, r, "a", 0)
 	if err := r.Add(&Session{ID: "a", Instance: newFake()}, &countingSlot{}); err == nil {
 		t.Fatal("duplicate id accepted")

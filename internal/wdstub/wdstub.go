@@ -67,7 +67,8 @@ func writeErr(w http.ResponseWriter, status int, code, msg string) {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := strings.TrimSuffix(r.URL.Path, "/")
 	if i := strings.Index(path, "/status"); i >= 0 && strings.HasSuffix(path, "/status") {
-		write(w, 200, map[string]any{"value": map[string]any{"ready": true, "message": "wdstub ready", "pid": os.Getpid()}})
+		// env lets launcher tests see the environment a driver was really given.
+		write(w, 200, map[string]any{"value": map[string]any{"ready": true, "message": "wdstub ready", "pid": os.Getpid(), "env": os.Environ()}})
 		return
 	}
 	i := strings.Index(path, "/session")

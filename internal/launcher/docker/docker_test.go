@@ -23,6 +23,7 @@ import (
 
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/launcher/launchertest"
 	"github.com/websummoner/websummoner/internal/logtest"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
@@ -32,6 +33,7 @@ import (
 var (
 	stubImage string
 	engine    *client.Client
+	noEngine  string // why the tests skip, outside CI
 )
 
 func TestMain(m *testing.M) {
@@ -45,8 +47,10 @@ func TestMain(m *testing.M) {
 			fmt.Println("docker tests: the Docker engine is required in CI:", err)
 			os.Exit(1)
 		}
-		fmt.Println("docker tests skipped: no Docker engine:", err)
-		os.Exit(0)
+		// Not exit 0 before m.Run: that reports "ok" with no test run. Each test
+		// skips, visibly, naming why.
+		noEngine = fmt.Sprint("no Docker engine: ", err)
+		os.Exit(m.Run())
 	}
 	out, err := exec.Command("../../../images/wdstub/build.sh").Output()
 	if err != nil {
@@ -62,8 +66,16 @@ func instanceName(t *testing.T) string {
 	return strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())) + fmt.Sprint(os.Getpid())
 }
 
+func needEngine(t *testing.T) {
+	t.Helper()
+	if noEngine != "" {
+		t.Skip(noEngine)
+	}
+}
+
 func newLauncher(t *testing.T, opts Options, eng Engine) (*Launcher, logtest.Lines) {
 	t.Helper()
+	needEngine(t)
 	if opts.StartupTimeout == 0 {
 		opts.StartupTimeout = 20 * time.Second
 	}
@@ -115,10 +127,10 @@ func TestStartServeStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h := inst.URL().Hostname(); h != "127.0.0.1" {
-		t.Fatalf("driver reached at %s, want 127.0.0.1", inst.URL())
+	if h := inst.Endpoints().Driver.Hostname(); h != "127.0.0.1" {
+		t.Fatalf("driver reached at %s, want 127.0.0.1", inst.Endpoints().Driver)
 	}
-	resp, err := http.Get(inst.URL().JoinPath("status").String())
+	resp, err := http.Get(inst.Endpoints().Driver.JoinPath("status").String())
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("driver: %v %v", err, resp)
 	}
@@ -160,10 +172,12 @@ func TestMissingImageFailsAtOnce(t *testing.T) {
 }
 
 func TestStartupTimeoutRemovesContainer(t *testing.T) {
-	l, _ := newLauncher(t, Options{StartupTimeout: time.Second}, nil)
+	// Long enough for a loaded engine to create and start the container, so the
+	// budget runs out where the test means it to: waiting for the driver.
+	l, _ := newLauncher(t, Options{Options: launcher.Options{StartupTimeout: 5 * time.Second}}, nil)
 	_, err := l.Start(context.Background(), stubRequest("WDSTUB_LISTEN_DELAY=1h"))
 	var se *launcher.StartError
-	if !errors.As(err, &se) || se.Phase != launcher.PhaseStartup || !strings.Contains(err.Error(), "within -service-startup-timeout 1s") {
+	if !errors.As(err, &se) || se.Phase != launcher.PhaseStartup || !strings.Contains(err.Error(), "within -service-startup-timeout 5s") {
 		t.Fatalf("err = %v", err)
 	}
 	if n := len(containersOf(t, l.opts.Instance)); n != 0 {
@@ -196,8 +210,8 @@ func TestContainerDeathIsReported(t *testing.T) {
 // live session owns and spares the live ones.
 func TestSweeps(t *testing.T) {
 	name := instanceName(t)
-	old, _ := newLauncher(t, Options{Instance: name}, nil)
-	other, _ := newLauncher(t, Options{Instance: name + "-other"}, nil)
+	old, _ := newLauncher(t, Options{Options: launcher.Options{Instance: name}}, nil)
+	other, _ := newLauncher(t, Options{Options: launcher.Options{Instance: name + "-other"}}, nil)
 	if _, err := old.Start(context.Background(), stubRequest()); err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +221,7 @@ func TestSweeps(t *testing.T) {
 	}
 	defer keep.Stop(context.Background())
 
-	restarted, _ := newLauncher(t, Options{Instance: name}, nil)
+	restarted, _ := newLauncher(t, Options{Options: launcher.Options{Instance: name}}, nil)
 	if n := restarted.SweepAll(context.Background()); n != 1 {
 		t.Fatalf("start-up sweep removed %d, want 1", n)
 	}
@@ -251,10 +265,11 @@ func (f *flakyEngine) Ping(ctx context.Context) (types.Ping, error) {
 }
 
 func TestEngineDownThenBack(t *testing.T) {
+	needEngine(t)
 	eng := &flakyEngine{Client: engine}
 	reg := prometheus.NewRegistry()
 	ev, log := logtest.New(1000)
-	l, err := New(Options{Instance: instanceName(t), StartupTimeout: 20 * time.Second, StopTimeout: 10 * time.Second, HealthInterval: 20 * time.Millisecond}, eng, log, reg)
+	l, err := New(Options{Options: launcher.Options{Instance: instanceName(t), StartupTimeout: 20 * time.Second, StopTimeout: 10 * time.Second}, HealthInterval: 20 * time.Millisecond}, eng, log, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,8 +288,12 @@ func TestEngineDownThenBack(t *testing.T) {
 	t0 := time.Now()
 	err = l.Check(context.Background(), stubRequest().Browser)
 	var se *launcher.StartError
-	if !errors.As(err, &se) || !se.Engine || !strings.Contains(err.Error(), "unreachable") || time.Since(t0) > time.Second {
+	if !errors.As(err, &se) || !se.Engine || !se.Down || !strings.Contains(err.Error(), "unreachable") || time.Since(t0) > time.Second {
 		t.Fatalf("check while down: %v after %v", err, time.Since(t0))
+	}
+	// The start path says the same, so the hub answers both alike (503).
+	if _, err := l.Start(context.Background(), launcher.Request{ID: "d", Browser: stubRequest().Browser}); !errors.As(err, &se) || !se.Down {
+		t.Fatalf("start while down: %v", err)
 	}
 	eng.down.Store(false)
 	ev.Wait(t, "[DOCKER_UP]", 30*time.Second)
@@ -305,47 +324,85 @@ func mustCollector(t *testing.T, reg *prometheus.Registry, name string) promethe
 }
 
 // What a client may set is an allow-list: env, labels (never ours), time zone,
-// screen, VNC. Mounts, privileges and networks are the operator's.
+// screen, VNC. Mounts, privileges and networks are the operator's. Side ports
+// are published with the driver's, on 127.0.0.1 only.
 func TestContainerConfigAllowList(t *testing.T) {
-	l := &Launcher{opts: Options{Instance: "hub1", Network: "grid", Mem: "1g", CPU: "0.5"}}
+	l := &Launcher{opts: Options{Options: launcher.Options{Instance: "hub1"}, Network: "grid", Mem: "1g", CPU: "0.5", Address: Published}}
 	r := launcher.Request{ID: "3", Browser: config.Resolved{Name: "chrome", Version: "128.0", Browser: &config.Browser{
 		Image: config.Image{Name: "img"}, Volumes: []string{"/a:/b:ro"}, Env: []string{"LANG=C"}, Mem: "2g", ShmSize: 1 << 28}},
-		Options: webdriver.Options{Env: []string{"FOO=1"}, TimeZone: "Europe/Paris", ScreenResolution: "1920x1080x24", EnableVNC: true,
-			Labels: map[string]string{"team": "qa", LabelInstance: "evil"}}}
-	cfg, host, err := l.containerConfig(r, "3-abc")
+		Options: webdriver.Options{Env: []string{"FOO=1"}, Labels: map[string]string{"team": "qa", LabelInstance: "evil"}}}
+	cfg, host, err := l.containerConfig(r, "3-abc", []nat.Port{"7070/tcp"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := strings.Join(cfg.Env, " ")
-	for _, want := range []string{"LANG=C", "FOO=1", "TZ=Europe/Paris", "SCREEN_RESOLUTION=1920x1080x24", "ENABLE_VNC=true"} {
-		if !strings.Contains(env, want) {
-			t.Errorf("env lacks %s: %v", want, cfg.Env)
-		}
-	}
-	if cfg.Labels[LabelInstance] != "hub1" || cfg.Labels["team"] != "qa" || cfg.Labels[LabelSession] != "3-abc" {
+	if cfg.Labels[LabelInstance] != "hub1" || cfg.Labels["team"] != "qa" || cfg.Labels[LabelSession] != "3-abc" || cfg.Labels[LabelBrowser] != "chrome 128.0" {
 		t.Errorf("labels %v", cfg.Labels)
 	}
 	if host.Privileged || len(host.Binds) != 1 || host.NetworkMode != "grid" || host.Memory != 2<<30 || host.NanoCPUs != 5e8 || host.ShmSize != 1<<28 {
 		t.Errorf("host config %+v", host)
 	}
+	for _, p := range []nat.Port{"4444/tcp", "7070/tcp"} {
+		if b := host.PortBindings[p]; len(b) != 1 || b[0].HostIP != "127.0.0.1" {
+			t.Errorf("port %s bound as %v", p, b)
+		}
+	}
 	l.opts.Privileged = true
-	if _, host, _ = l.containerConfig(r, "x"); !host.Privileged {
+	if _, host, _ = l.containerConfig(r, "x", nil); !host.Privileged {
 		t.Error("-privileged not honoured")
 	}
 }
 
-func TestDriverURLChoice(t *testing.T) {
+// Stop honours its context and returns what it could not do; the container it
+// could not remove is the sweep's.
+func TestStopReportsFailure(t *testing.T) {
+	l, _ := newLauncher(t, Options{}, nil)
+	inst, err := l.Start(context.Background(), stubRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := inst.Stop(ctx); err == nil || !strings.Contains(err.Error(), "the sweep retries") {
+		t.Fatalf("stop with a cancelled context: %v", err)
+	}
+	if err2 := inst.Stop(context.Background()); err2 == nil {
+		t.Fatal("a second Stop forgot the first one's failure")
+	}
+	if n := l.Sweep(context.Background()); n != 1 {
+		t.Fatalf("sweep removed %d containers, want the one Stop left", n)
+	}
+}
+
+// The shared start-policy table, in real containers of the stub image.
+func TestEnvPrecedence(t *testing.T) {
+	l, _ := newLauncher(t, Options{}, nil)
+	launchertest.RunEnvCases(t, func(operator []string, o webdriver.Options) (launcher.Instance, error) {
+		r := stubRequest(operator...)
+		r.Options = o
+		return l.Start(context.Background(), r)
+	})
+}
+
+func TestEndpointsChoice(t *testing.T) {
 	info := container.InspectResponse{NetworkSettings: &container.NetworkSettings{NetworkSettingsBase: container.NetworkSettingsBase{
-		Ports: nat.PortMap{"4444/tcp": []nat.PortBinding{{HostIP: "127.0.0.1", HostPort: "32770"}}}}}}
-	u, err := driverURL(Published, info, "c1", "4444", "/wd/hub")
-	if err != nil || u.String() != "http://127.0.0.1:32770/wd/hub" {
-		t.Fatalf("published: %v %v", u, err)
+		Ports: nat.PortMap{"4444/tcp": []nat.PortBinding{{HostIP: "127.0.0.1", HostPort: "32770"}},
+			"5900/tcp": []nat.PortBinding{{HostIP: "127.0.0.1", HostPort: "32771"}}}}}}
+	side := exposedSidePorts(map[string]struct{}{"5900/tcp": {}, "8080/tcp": {}, "22/tcp": {}})
+	if len(side) != 2 {
+		t.Fatalf("side ports %v", side)
 	}
-	u, err = driverURL(ByName, info, "c1", "4444", "/")
-	if err != nil || u.String() != "http://c1:4444/" {
-		t.Fatalf("by name: %v %v", u, err)
+	e, err := endpointsOf(Published, info, "c1", "4444", "/wd/hub", side)
+	if err != nil || e.Driver.String() != "http://127.0.0.1:32770/wd/hub" || e.VNC.String() != "tcp://127.0.0.1:32771" {
+		t.Fatalf("published: %+v %v", e, err)
 	}
-	if _, err := driverURL(Published, container.InspectResponse{NetworkSettings: &container.NetworkSettings{}}, "c1", "4444", "/"); err == nil {
+	if e.DevTools != nil || e.Files != nil || e.Clipboard != nil {
+		t.Fatalf("absent services given endpoints: %+v", e)
+	}
+	e, err = endpointsOf(ByName, info, "c1", "4444", "/", side)
+	if err != nil || e.Driver.String() != "http://c1:4444/" || e.Files.String() != "http://c1:8080" {
+		t.Fatalf("by name: %+v %v", e, err)
+	}
+	if _, err := endpointsOf(Published, container.InspectResponse{NetworkSettings: &container.NetworkSettings{}}, "c1", "4444", "/", nil); err == nil {
 		t.Fatal("unpublished port accepted")
 	}
 	if _, err := New(Options{Address: ByName}, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "-container-network") {

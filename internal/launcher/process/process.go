@@ -33,16 +33,13 @@ import (
 // crash handler calls setsid). Stop and the start-up sweep find leftovers by it.
 const MarkerEnv = "WEBSUMMONER_PROCESS"
 
-// Options configure the process launcher.
+// Options configure the process launcher. The zero value works.
 type Options struct {
-	// StartupTimeout is -service-startup-timeout: how long a driver may take to answer.
-	StartupTimeout time.Duration
-	// StopTimeout is -session-delete-timeout: how long a driver has to exit after
-	// SIGINT before its whole group is killed.
-	StopTimeout time.Duration
-	// Instance names this hub; processes of an earlier run with the same name are
-	// killed by Sweep.
-	Instance string
+	// Options is the start policy shared with the Docker launcher: StopTimeout is
+	// how long a driver has to exit after SIGINT before its whole group is
+	// killed; processes of an earlier run with the same Instance are killed by
+	// Sweep. Zero fields take its defaults.
+	launcher.Options
 	// CaptureLogs copies each driver's output into the hub's log (-capture-driver-logs).
 	CaptureLogs bool
 	// LogDir, if set, keeps each driver's output in LogDir/<session-id>.log (-log-output-dir).
@@ -64,6 +61,7 @@ type Launcher struct {
 
 // New returns a process launcher.
 func New(opts Options, logger *slog.Logger) *Launcher {
+	opts.Options = opts.Options.WithDefaults()
 	if opts.PortAttempts <= 0 {
 		opts.PortAttempts = 3
 	}
@@ -73,7 +71,7 @@ func New(opts Options, logger *slog.Logger) *Launcher {
 	return &Launcher{
 		opts:   opts,
 		log:    logger,
-		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second},
+		client: launcher.ReadyClient(),
 		ports:  map[int]bool{},
 	}
 }
@@ -109,7 +107,7 @@ func (l *Launcher) freePort(port int) {
 
 // Start runs the driver's command line with --port=N and waits until it answers.
 func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Instance, error) {
-	name := r.Browser.Name + " " + r.Browser.Version
+	name := r.Browser.String()
 	argv := r.Browser.Image.Command
 	if len(argv) == 0 {
 		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name,
@@ -145,20 +143,15 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 		marker: l.markerPrefix() + hex.EncodeToString(token),
 		exited: make(chan struct{}),
 		done:   make(chan struct{}),
-		base:   &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port), Path: r.Browser.Path},
-		tail:   &tailBuffer{max: 4096},
+		endpoints: launcher.Endpoints{
+			Driver: &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port), Path: r.Browser.Path},
+		},
+		tail: &tailBuffer{max: 4096},
 	}
 	args := append(append([]string(nil), argv[1:]...), "--port="+strconv.Itoa(port))
 	cmd := exec.Command(argv[0], args...)
-	cmd.Env = append(os.Environ(), r.Browser.Env...)
-	cmd.Env = append(cmd.Env, r.Options.Env...)
-	if r.Options.TimeZone != "" {
-		cmd.Env = append(cmd.Env, "TZ="+r.Options.TimeZone)
-	}
-	if r.Options.ScreenResolution != "" {
-		cmd.Env = append(cmd.Env, "SCREEN_RESOLUTION="+r.Options.ScreenResolution)
-	}
-	cmd.Env = append(cmd.Env, MarkerEnv+"="+inst.marker)
+	// The session's environment over the hub's own; exec keeps the last of a name.
+	cmd.Env = append(append(os.Environ(), launcher.Env(r)...), MarkerEnv+"="+inst.marker)
 	// Own process group, so Stop reaches the browser too; killed with the hub.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var out io.Writer = inst.tail
@@ -204,7 +197,7 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	go inst.wait()
 	logtag.Event(l.log, slog.LevelDebug, r.ID, "PROCESS_STARTED", name, "pid "+strconv.Itoa(cmd.Process.Pid), "port "+strconv.Itoa(port))
 
-	err = launcher.WaitReady(ctx, l.client, inst.base, inst.exited)
+	err = launcher.WaitReady(ctx, l.client, inst.endpoints.Driver, inst.exited)
 	if err == nil {
 		return inst, nil
 	}
@@ -229,7 +222,7 @@ func (l *Launcher) markerPrefix() string { return l.opts.Instance + "/" }
 // that was SIGKILLed takes its drivers with it, but not the browsers they had
 // started). It returns how many it killed.
 func (l *Launcher) Sweep() int {
-	n := killMarked(func(v string) bool { return strings.HasPrefix(v, l.markerPrefix()) })
+	n, _ := killMarked(func(v string) bool { return strings.HasPrefix(v, l.markerPrefix()) })
 	if n > 0 {
 		logtag.Event(l.log, slog.LevelInfo, "", "ORPHANS_REMOVED", fmt.Sprintf("%d processes of an earlier run of instance %q", n, l.opts.Instance))
 	}
@@ -237,14 +230,16 @@ func (l *Launcher) Sweep() int {
 }
 
 type instance struct {
-	l       *Launcher
-	cmd     *exec.Cmd
-	port    int
-	marker  string
-	base    *url.URL
-	tail    *tailBuffer
-	logFile *os.File
-	outDone chan struct{} // closed when every writer of the output pipe is gone
+	l      *Launcher
+	cmd    *exec.Cmd
+	port   int
+	marker string
+	// endpoints has the driver only: a local driver's browser reports its
+	// DevTools address itself, in its capabilities.
+	endpoints launcher.Endpoints
+	tail      *tailBuffer
+	logFile   *os.File
+	outDone   chan struct{} // closed when every writer of the output pipe is gone
 
 	exited   chan struct{} // closed when the driver exits on its own
 	done     chan struct{} // closed when the driver process has been reaped
@@ -270,8 +265,8 @@ func (i *instance) wait() {
 	close(i.done)
 }
 
-func (i *instance) URL() *url.URL           { return i.base }
-func (i *instance) Exited() <-chan struct{} { return i.exited }
+func (i *instance) Endpoints() launcher.Endpoints { return i.endpoints }
+func (i *instance) Exited() <-chan struct{}       { return i.exited }
 func (i *instance) Describe() string {
 	if i.cmd == nil || i.cmd.Process == nil {
 		return "process"
@@ -285,8 +280,8 @@ func (i *instance) ExitReason() string {
 	return "driver process ended: " + i.reason
 }
 
-// SetSessionID names the driver's log file after the session, as Selenoid does.
-func (i *instance) SetSessionID(id string) {
+// SessionCreated names the driver's log file after the session, as Selenoid does.
+func (i *instance) SessionCreated(id string) {
 	if i.logFile == nil {
 		return
 	}
@@ -311,14 +306,22 @@ func (i *instance) Stop(ctx context.Context) error {
 		grace.Stop()
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		<-i.done
-		killMarked(func(v string) bool { return v == i.marker })
+		var errs []error
+		if _, left := killMarked(func(v string) bool { return v == i.marker }); left > 0 {
+			errs = append(errs, fmt.Errorf("%d processes of the session survived SIGKILL for 5s", left))
+		}
+		pipe := time.NewTimer(5 * time.Second)
 		select {
 		case <-i.outDone:
-		case <-time.After(5 * time.Second):
-			// A helper that dropped the marker still holds the pipe; stop waiting.
+		case <-pipe.C:
+			errs = append(errs, errors.New("a process that left the session's marker still holds its output pipe after 5s"))
 		}
+		pipe.Stop()
 		i.l.freePort(i.port)
 		i.closeLog()
+		if len(errs) > 0 {
+			i.stopErr = fmt.Errorf("pid %d: %w", pgid, errors.Join(errs...))
+		}
 	})
 	return i.stopErr
 }
@@ -330,14 +333,17 @@ func (i *instance) closeLog() {
 }
 
 // killMarked SIGKILLs every process whose MarkerEnv value matches and waits, for
-// a bounded time, until they are gone. It returns how many it found.
-func killMarked(match func(string) bool) int {
-	found := 0
+// a bounded time, until they are gone. It returns how many it found and how many
+// were still there when it gave up.
+func killMarked(match func(string) bool) (found, left int) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		pids := markedPIDs(match)
-		if len(pids) == 0 || time.Now().After(deadline) {
-			return found
+		if len(pids) == 0 {
+			return found, 0
+		}
+		if time.Now().After(deadline) {
+			return found, len(pids)
 		}
 		found = max(found, len(pids))
 		for _, pid := range pids {

@@ -2,10 +2,8 @@ package process
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +15,9 @@ import (
 
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/launcher/launchertest"
 	"github.com/websummoner/websummoner/internal/logtest"
+	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
 // These tests run real processes: the repository's stub WebDriver, built once.
@@ -50,6 +50,16 @@ func newLauncher(t *testing.T, opts Options) *Launcher {
 	return New(opts, nil)
 }
 
+// The shared start-policy table, on real driver processes.
+func TestEnvPrecedence(t *testing.T) {
+	l := newLauncher(t, Options{})
+	launchertest.RunEnvCases(t, func(operator []string, o webdriver.Options) (launcher.Instance, error) {
+		r := req()
+		r.Browser.Env, r.Options = operator, o
+		return l.Start(context.Background(), r)
+	})
+}
+
 func req(args ...string) launcher.Request {
 	return launcher.Request{ID: "t", Browser: config.Resolved{Name: "stub", Version: "1", Browser: &config.Browser{
 		Image: config.Image{Command: append([]string{stub}, args...)}, Path: "/"}}}
@@ -57,20 +67,8 @@ func req(args ...string) launcher.Request {
 
 func pidOf(t *testing.T, inst launcher.Instance) int {
 	t.Helper()
-	resp, err := http.Get(inst.URL().JoinPath("status").String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var st struct {
-		Value struct {
-			PID int `json:"pid"`
-		} `json:"value"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Value.PID
+	pid, _ := launchertest.DriverStatus(t, inst)
+	return pid
 }
 
 func alive(pid int) bool {
@@ -126,7 +124,7 @@ func TestConcurrentStartsNeverSharePorts(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("start %d: %v", i, errs[i])
 		}
-		h := insts[i].URL().Host
+		h := insts[i].Endpoints().Driver.Host
 		if hosts[h] {
 			t.Fatalf("two drivers on %s", h)
 		}
@@ -146,7 +144,7 @@ func TestConcurrentStartsNeverSharePorts(t *testing.T) {
 func TestExitDuringStartRetriesOnNewPort(t *testing.T) {
 	flagFile := filepath.Join(t.TempDir(), "exit-once")
 	os.WriteFile(flagFile, nil, 0o644)
-	l := newLauncher(t, Options{StartupTimeout: 20 * time.Second})
+	l := newLauncher(t, Options{Options: launcher.Options{StartupTimeout: 20 * time.Second}})
 	t0 := time.Now()
 	inst, err := l.Start(context.Background(), req("-exit-once", flagFile))
 	if err != nil {
@@ -185,7 +183,7 @@ func TestMissingCommand(t *testing.T) {
 }
 
 func TestStartupTimeout(t *testing.T) {
-	l := newLauncher(t, Options{StartupTimeout: 300 * time.Millisecond})
+	l := newLauncher(t, Options{Options: launcher.Options{StartupTimeout: 300 * time.Millisecond}})
 	_, err := l.Start(context.Background(), req("-listen-delay", "1h"))
 	if err == nil || !strings.Contains(err.Error(), "within -service-startup-timeout 300ms") {
 		t.Fatalf("err = %v", err)
@@ -211,7 +209,7 @@ func TestClientGoneDuringStart(t *testing.T) {
 // A driver that ignores SIGINT is killed after the stop timeout, and a helper that
 // left the process group (setsid, as Chromium's crash handler does) goes with it.
 func TestStopKillsStubbornDriverAndOrphans(t *testing.T) {
-	l := newLauncher(t, Options{StopTimeout: 300 * time.Millisecond})
+	l := newLauncher(t, Options{Options: launcher.Options{StopTimeout: 300 * time.Millisecond}})
 	inst, err := l.Start(context.Background(), req("-ignore-sigint", "-spawn-orphan"))
 	if err != nil {
 		t.Fatal(err)
@@ -252,8 +250,8 @@ func TestExitedReportsCrash(t *testing.T) {
 // The start-up sweep removes what an earlier run of the same instance left, and
 // nothing of another instance's.
 func TestSweep(t *testing.T) {
-	old := newLauncher(t, Options{Instance: "sweep-a"})
-	other := newLauncher(t, Options{Instance: "sweep-b"})
+	old := newLauncher(t, Options{Options: launcher.Options{Instance: "sweep-a"}})
+	other := newLauncher(t, Options{Options: launcher.Options{Instance: "sweep-b"}})
 	a, err := old.Start(context.Background(), req())
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +261,7 @@ func TestSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Stop(context.Background())
-	if n := newLauncher(t, Options{Instance: "sweep-a"}).Sweep(); n != 1 {
+	if n := newLauncher(t, Options{Options: launcher.Options{Instance: "sweep-a"}}).Sweep(); n != 1 {
 		t.Fatalf("swept %d, want 1", n)
 	}
 	select {
@@ -284,7 +282,7 @@ func TestDriverLogsToDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inst.(*instance).SetSessionID("abc")
+	inst.SessionCreated("abc")
 	inst.Stop(context.Background())
 	data, err := os.ReadFile(filepath.Join(dir, "abc.log"))
 	if err != nil || !strings.Contains(string(data), "wdstub: listening on") {
@@ -294,17 +292,15 @@ func TestDriverLogsToDir(t *testing.T) {
 
 func TestCaptureDriverLogs(t *testing.T) {
 	got, log := logtest.New(100)
-	l := New(Options{StartupTimeout: 10 * time.Second, StopTimeout: time.Second, Instance: "capture", CaptureLogs: true}, log)
+	l := New(Options{Options: launcher.Options{StartupTimeout: 10 * time.Second, StopTimeout: time.Second, Instance: "capture"}, CaptureLogs: true}, log)
 	inst, err := l.Start(context.Background(), req())
 	if err != nil {
 		t.Fatal(err)
 	}
-	inst.Stop(context.Background())
-	close(got)
-	for m := range got {
-		if strings.Contains(m, "[t] [DRIVER_LOG] [wdstub: listening on 127.0.0.1:") {
-			return
-		}
+	// Waited for rather than drained after a close: the output copier may still
+	// be sending when Stop gives up on a pipe held by a stray helper.
+	got.Wait(t, "[t] [DRIVER_LOG] [wdstub: listening on 127.0.0.1:", 10*time.Second)
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatalf("stop: %v", err)
 	}
-	t.Fatal("driver output not in the hub's log")
 }

@@ -1,4 +1,4 @@
-package queuehttp
+package hub
 
 import (
 	"context"
@@ -18,17 +18,28 @@ import (
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
+// admitOrAnswer is the admit phase alone: a slot, or the refusal answered as
+// POST /session answers it.
+func admitOrAnswer(q *queue.Queue, w http.ResponseWriter, r *http.Request) (*queue.Slot, bool) {
+	slot, err := admit(q, r, "t")
+	if err != nil {
+		(&Hub{queue: q, log: slog.New(slog.DiscardHandler)}).writeCreateError(w, "t", &createError{phase: phaseAdmit, err: err})
+		return nil, false
+	}
+	return slot, true
+}
+
 // handler reads the body, asks for a slot, and on admission answers 200 and hands
-// the slot to the test; every Admit result goes to results.
+// the slot to the test; every admission result goes to results.
 type handler struct {
-	a       Admitter
+	q       *queue.Queue
 	slots   chan *queue.Slot
 	results chan bool
 }
 
 func (h handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.ReadAll(r.Body)
-	slot, ok := h.a.Admit(w, r, "t")
+	slot, ok := admitOrAnswer(h.q, w, r)
 	if ok {
 		w.WriteHeader(http.StatusOK)
 		h.slots <- slot
@@ -45,7 +56,7 @@ func newHandlerLog(t *testing.T, opts queue.Options, log *slog.Logger) handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return handler{a: Admitter{Queue: q}, slots: make(chan *queue.Slot, 16), results: make(chan bool, 16)}
+	return handler{q: q, slots: make(chan *queue.Slot, 16), results: make(chan bool, 16)}
 }
 
 func post(h http.Handler, header http.Header) *httptest.ResponseRecorder {
@@ -173,7 +184,7 @@ func TestSlotFreesFirst(t *testing.T) {
 
 // A real client over a real connection gives up while queued: the server answers
 // nothing, the waiter is gone and the slot goes to the next request. The request
-// has a body that the handler under test does not read itself: Admit must.
+// has a body that the handler under test does not read itself: admit must.
 func TestClientDisconnects(t *testing.T) {
 	queued, log := logtest.New(16)
 	q, err := queue.New(queue.Options{Limit: 1}, log, nil)
@@ -184,7 +195,7 @@ func TestClientDisconnects(t *testing.T) {
 	var wrote = make(chan int, 4)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rw := &recordingWriter{ResponseWriter: w}
-		slot, ok := Admitter{Queue: q}.Admit(rw, r, "t")
+		slot, ok := admitOrAnswer(q, rw, r)
 		if ok {
 			defer slot.Release()
 		}
@@ -250,7 +261,7 @@ func TestFullAndClosedOverHTTP(t *testing.T) {
 			t.Fatalf("full: %d %s", rec.Code, rec.Body)
 		}
 		retryAfter(t, rec, 60)
-		h.a.Queue.Close()
+		h.q.Close()
 		rec = <-waiting
 		if rec.Code != http.StatusServiceUnavailable {
 			t.Fatalf("closed: %d", rec.Code)

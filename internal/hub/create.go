@@ -1,0 +1,348 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/websummoner/websummoner/internal/config"
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/logtag"
+	"github.com/websummoner/websummoner/internal/queue"
+	"github.com/websummoner/websummoner/internal/session"
+	"github.com/websummoner/websummoner/internal/webdriver"
+)
+
+// MaxNewSessionBody is the largest new-session body accepted. Capabilities can
+// carry base64 browser extensions of several megabytes; 32 MiB leaves room for
+// those and still refuses a runaway upload before it is held in memory.
+const MaxNewSessionBody = 32 << 20
+
+// Header names that ask the hub to refuse rather than queue. Either counts when
+// present, even empty: ggr sends X-Selenoid-No-Wait with no value.
+const (
+	NoWaitHeader       = "X-WebSummoner-No-Wait"
+	LegacyNoWaitHeader = "X-Selenoid-No-Wait"
+)
+
+// StatusDisabled is the status of a refusal under -disable-queue. It is not 429:
+// the client did not ask to skip the queue and no budget ran out; there is no
+// queue. 500 is what W3C maps "session not created" to, so clients and ggr treat
+// it as a failed start on this host and may try another.
+const StatusDisabled = http.StatusInternalServerError
+
+// NoWait reports whether the request carries either no-wait header.
+func NoWait(h http.Header) bool {
+	_, a := h[http.CanonicalHeaderKey(NoWaitHeader)]
+	_, b := h[http.CanonicalHeaderKey(LegacyNoWaitHeader)]
+	return a || b
+}
+
+// creation is one POST /session on its way through the phases; each phase fills
+// in what the next needs, and abandon gives back whatever was taken.
+type creation struct {
+	id  string
+	w   http.ResponseWriter
+	r   *http.Request
+	ctx context.Context
+
+	ns       *webdriver.NewSession
+	cands    []webdriver.Candidate
+	cand     webdriver.Candidate
+	browser  config.Resolved
+	launcher launcher.Launcher
+	slot     *queue.Slot
+	inst     launcher.Instance
+	// registered: the registry owns inst and slot now.
+	registered bool
+	driver     webdriver.DriverSession
+	took       time.Duration
+}
+
+// createSession is POST /session: parse, resolve, check, admit, start, register.
+func (h *Hub) createSession(w http.ResponseWriter, r *http.Request) {
+	c := &creation{id: strconv.FormatUint(h.reqIDs.Add(1), 10), w: w, r: r, ctx: r.Context()}
+	logtag.Event(h.log, slog.LevelInfo, c.id, "NEW_REQUEST", r.RemoteAddr)
+	for _, step := range []struct {
+		phase phase
+		run   func(*creation) error
+	}{
+		{phaseParse, h.parse},
+		{phaseResolve, h.resolve},
+		{phaseCheck, h.check},
+		{phaseAdmit, h.admit},
+		{phaseStart, h.start},
+		{phaseRegister, h.register},
+	} {
+		if err := step.run(c); err != nil {
+			h.abandon(c)
+			h.writeCreateError(w, c.id, &createError{phase: step.phase, err: err})
+			return
+		}
+	}
+	logtag.Event(h.log, slog.LevelInfo, c.id, "SESSION_CREATED", c.driver.ID, c.browser, c.inst.Describe(),
+		fmt.Sprintf("%.3fs", c.took.Seconds()))
+	writeJSON(w, http.StatusOK, webdriver.SessionAnswer(c.ns.W3C, c.driver.ID, c.driver.Caps))
+}
+
+// abandon stops what a failed creation started and gives back its slot.
+func (h *Hub) abandon(c *creation) {
+	if c.registered {
+		return
+	}
+	if c.inst != nil {
+		h.stop(c.id, c.inst)
+	}
+	c.slot.Release()
+}
+
+// parse reads the whole body and parses the capabilities into candidates.
+func (h *Hub) parse(c *creation) error {
+	body, err := io.ReadAll(http.MaxBytesReader(c.w, c.r.Body, MaxNewSessionBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return err
+		}
+		return &bodyError{err}
+	}
+	if c.ns, err = webdriver.ParseNewSession(body); err != nil {
+		return err
+	}
+	c.cands, err = c.ns.Candidates()
+	return err
+}
+
+// resolve picks the first candidate whose browser is configured, and the
+// launcher that runs its entry.
+func (h *Hub) resolve(c *creation) error {
+	browsers := h.conf.Browsers()
+	var firstErr error
+	for _, cand := range c.cands {
+		if cand.Browser == "" {
+			if firstErr == nil {
+				firstErr = &config.NotFoundError{Msg: "no browserName (or deviceName) in the capabilities; configured: " + browsers.Describe()}
+			}
+			continue
+		}
+		b, err := browsers.Find(cand.Browser, cand.Version)
+		if err == nil {
+			c.cand, c.browser = cand, b
+			firstErr = nil
+			break
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	if c.browser.Browser == nil {
+		return firstErr
+	}
+	c.launcher = h.launchers.Process
+	if !c.browser.Image.IsCommand() {
+		c.launcher = h.launchers.Docker
+	}
+	if c.launcher == nil {
+		return &noLauncherError{c.browser}
+	}
+	return nil
+}
+
+// check fails at once, before a slot is taken or a request queues, when the
+// launcher knows the start is doomed (engine down, image missing).
+func (h *Hub) check(c *creation) error {
+	ch, ok := c.launcher.(launcher.Checker)
+	if !ok {
+		return nil
+	}
+	err := ch.Check(c.ctx, c.browser)
+	if err != nil {
+		h.countFailure(c.browser, err)
+	}
+	return err
+}
+
+// admit waits in the queue for a slot and a start permit.
+func (h *Hub) admit(c *creation) error {
+	slot, err := admit(h.queue, c.r, c.id)
+	c.slot = slot
+	return err
+}
+
+// admit drains what is left of r's body, then waits for a slot: Go's server
+// notices a closed connection only after the body has been read to its end, and
+// a client that left must not be handed a slot. A refusal is a *refusal.
+func admit(q *queue.Queue, r *http.Request, id string) (*queue.Slot, error) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	slot, out := q.Acquire(r.Context(), queue.Request{ID: id, NoWait: NoWait(r.Header)})
+	if !out.Admitted {
+		return nil, &refusal{out}
+	}
+	return slot, nil
+}
+
+// start launches the browser and creates the driver's session, up to
+// -retry-count times, and tells the start gate how it went.
+func (h *Hub) start(c *creation) error {
+	h.pending.Add(1)
+	defer h.pending.Add(-1)
+	err := h.startAttempts(c)
+	c.slot.Started(startOutcome(c.ctx, err))
+	if err != nil && c.ctx.Err() != nil {
+		return errClientGone
+	}
+	return err
+}
+
+func (h *Hub) startAttempts(c *creation) error {
+	body := webdriver.DriverBody(c.cand, c.ns.W3C, c.browser.Caps)
+	var lastErr error
+	t0 := time.Now()
+	for attempt := 1; attempt <= h.opts.RetryCount; attempt++ {
+		if attempt > 1 {
+			logtag.Event(h.log, slog.LevelInfo, c.id, "RETRYING", fmt.Sprintf("attempt %d of %d (-retry-count)", attempt, h.opts.RetryCount), lastErr)
+		}
+		inst, err := c.launcher.Start(c.ctx, launcher.Request{ID: c.id, Browser: c.browser, Options: c.cand.Options})
+		if err != nil {
+			if c.ctx.Err() != nil {
+				return c.ctx.Err()
+			}
+			h.countFailure(c.browser, err)
+			lastErr = err
+			continue
+		}
+		ds, err := h.newDriverSession(c.ctx, inst, body, c.browser)
+		if err == nil {
+			c.inst, c.driver, c.took = inst, ds, time.Since(t0)
+			h.m.startSeconds.WithLabelValues(c.browser.Name, c.browser.Version).Observe(c.took.Seconds())
+			return nil
+		}
+		h.stop(c.id, inst)
+		if c.ctx.Err() != nil {
+			return c.ctx.Err()
+		}
+		lastErr = err
+		var de *webdriver.DriverError
+		if errors.As(err, &de) && de.ClientFault() {
+			return err // the client's capabilities were refused: retrying won't help
+		}
+		h.countFailure(c.browser, err)
+	}
+	return lastErr
+}
+
+// register hands the started session to the registry, which from then on owns
+// its browser and slot.
+func (h *Hub) register(c *creation) error {
+	if h.shutDown.Load() {
+		return errShutDown
+	}
+	s := &session.Session{
+		ID: c.driver.ID, Browser: c.browser.Name, Version: c.browser.Version, Name: c.cand.Options.Name,
+		Caps: c.cand.Caps, Started: time.Now(), Instance: c.inst, Idle: h.idleFor(c.cand.Options),
+	}
+	if err := h.sessions.Add(s, c.slot); err != nil {
+		return err
+	}
+	c.registered = true
+	c.inst.SessionCreated(c.driver.ID)
+	h.m.created.Inc()
+	if c.ctx.Err() != nil {
+		// Created after the client left: nobody will ever delete it. The
+		// registry's end logs it as CLIENT_DISCONNECTED.
+		h.sessions.End(c.driver.ID, session.ReasonClientGone)
+		return errClientGoneLogged
+	}
+	return nil
+}
+
+// errClientGoneLogged: the client left after its session was created; the
+// session's end has logged it, so the answer is nothing and no second line.
+var errClientGoneLogged = errors.New("the client left after its session was created")
+
+// startOutcome classifies a start for the start gate: the engine's or host's
+// failures count, the client's (bad capabilities, leaving) do not.
+func startOutcome(ctx context.Context, err error) queue.StartOutcome {
+	if err == nil {
+		return queue.StartSucceeded
+	}
+	if ctx.Err() != nil {
+		return queue.StartIgnored
+	}
+	var se *launcher.StartError
+	if errors.As(err, &se) && se.Engine {
+		return queue.StartFailed
+	}
+	var de *webdriver.DriverError
+	if errors.As(err, &de) && !de.ClientFault() {
+		return queue.StartFailed
+	}
+	return queue.StartIgnored
+}
+
+func (h *Hub) countFailure(b config.Resolved, err error) {
+	phase := launcher.PhaseNewSession
+	var se *launcher.StartError
+	if errors.As(err, &se) {
+		phase = se.Phase
+	}
+	h.m.startFailures.WithLabelValues(b.Name, phase).Inc()
+}
+
+// newDriverSession forwards the new-session body to a started driver.
+func (h *Hub) newDriverSession(ctx context.Context, inst launcher.Instance, body []byte, b config.Resolved) (webdriver.DriverSession, error) {
+	fail := func(msg string, err error, engine bool) (webdriver.DriverSession, error) {
+		return webdriver.DriverSession{}, &launcher.StartError{Phase: launcher.PhaseNewSession, Browser: b.String(), Msg: msg, Err: err, Engine: engine}
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.opts.SessionAttemptTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, inst.Endpoints().Driver.JoinPath("session").String(), bytes.NewReader(body))
+	if err != nil {
+		return fail("building the new-session call: "+err.Error(), err, false)
+	}
+	req.Header.Set("Content-Type", "application/json; charset=utf-8")
+	resp, err := h.client.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fail(fmt.Sprintf("the driver did not create a session within -session-attempt-timeout %v: %v", h.opts.SessionAttemptTimeout, err), err, true)
+		}
+		return fail("the driver's new-session call failed: "+err.Error(), err, true)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, webdriver.MaxNewSessionAnswer))
+	if err != nil {
+		return fail("reading the driver's new-session answer: "+err.Error(), err, false)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return webdriver.DriverSession{}, &webdriver.DriverError{Browser: b.String(), Status: resp.StatusCode, Body: data}
+	}
+	ds, err := webdriver.ParseDriverSession(data)
+	if err != nil {
+		return fail("the driver's new-session answer: "+err.Error(), err, false)
+	}
+	return ds, nil
+}
+
+// stop stops an instance the hub still owns, logging a failed stop. The
+// launcher bounds the stop by its own -session-delete-timeout.
+func (h *Hub) stop(id string, inst launcher.Instance) {
+	if err := inst.Stop(context.Background()); err != nil {
+		logtag.Event(h.log, slog.LevelWarn, id, "STOP_FAILED", inst.Describe(), err)
+	}
+}
+
+func (h *Hub) idleFor(o webdriver.Options) time.Duration {
+	if o.SessionTimeout > 0 {
+		if h.opts.MaxTimeout > 0 && o.SessionTimeout > h.opts.MaxTimeout {
+			return h.opts.MaxTimeout
+		}
+		return o.SessionTimeout
+	}
+	return h.opts.IdleTimeout
+}

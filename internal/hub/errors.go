@@ -1,0 +1,162 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/websummoner/websummoner/internal/config"
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/logtag"
+	"github.com/websummoner/websummoner/internal/queue"
+	"github.com/websummoner/websummoner/internal/webdriver"
+)
+
+// phase is a step of session creation; every creation error says in which one it
+// failed.
+type phase string
+
+// The phases of POST /session, in order.
+const (
+	phaseParse    phase = "parse"    // read the body, parse the capabilities
+	phaseResolve  phase = "resolve"  // find the browser in browsers.json and its launcher
+	phaseCheck    phase = "check"    // ask the launcher whether a start can work now
+	phaseAdmit    phase = "admit"    // wait in the queue for a slot and a start permit
+	phaseStart    phase = "start"    // start the browser and the driver's session
+	phaseRegister phase = "register" // hand the session to the registry
+)
+
+// createError is a failed session creation: the phase and its cause.
+type createError struct {
+	phase phase
+	err   error
+}
+
+func (e *createError) Error() string { return string(e.phase) + ": " + e.err.Error() }
+func (e *createError) Unwrap() error { return e.err }
+
+// Causes of creation errors that have no type of their own.
+var (
+	// errClientGone: the client left; nothing is answered.
+	errClientGone = errors.New("the client went away")
+	// errShutDown: the grace period ended while the browser was starting.
+	errShutDown = errors.New("the hub is shutting down and admits no new sessions; retry on another hub or after the restart")
+)
+
+// bodyError is a new-session body that could not be read to its end.
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return "reading the request body: " + e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
+
+// noLauncherError is a browsers.json entry this hub has no way to run.
+type noLauncherError struct{ b config.Resolved }
+
+func (e *noLauncherError) Error() string {
+	return fmt.Sprintf("%s: \"image\" %q is a Docker image, but this hub runs without Docker (-disable-docker)", e.b, e.b.Image)
+}
+
+// refusal is the queue's refusal of a request.
+type refusal struct{ out queue.Outcome }
+
+func (e *refusal) Error() string { return e.out.Message() }
+
+// reply is what a client gets for a failed creation, and what the hub logs.
+type reply struct {
+	status     int // 0: answer nothing, the client has left
+	code       string
+	msg        string
+	event      string // the log tag; "" when the queue has logged its own decision
+	level      slog.Level
+	retryAfter time.Duration // 0: no Retry-After header
+}
+
+// replyFor is the one place that turns an error of session creation into an
+// answer: status, W3C error code, message, log tag and Retry-After. Every row of
+// docs/hub.md's error table comes from here.
+func (h *Hub) replyFor(err error) reply {
+	var (
+		ce  *createError
+		be  *bodyError
+		tb  *http.MaxBytesError
+		ae  *webdriver.ArgumentError
+		nf  *config.NotFoundError
+		nl  *noLauncherError
+		rf  *refusal
+		de  *webdriver.DriverError
+		se  *launcher.StartError
+		rep = reply{status: http.StatusInternalServerError, code: webdriver.ErrSessionNotCreated, msg: err.Error(), event: "SESSION_FAILED", level: slog.LevelWarn}
+	)
+	if errors.As(err, &ce) {
+		rep.msg = ce.err.Error()
+	}
+	switch {
+	case errors.Is(err, errClientGoneLogged):
+		return reply{}
+	case errors.As(err, &tb):
+		return reply{status: http.StatusRequestEntityTooLarge, code: webdriver.ErrInvalidArgument, event: "BAD_REQUEST", level: slog.LevelInfo,
+			msg: fmt.Sprintf("new session request body is larger than %d MiB; send smaller capabilities (large extensions belong on the browser image)", MaxNewSessionBody>>20)}
+	case errors.As(err, &be), errors.Is(err, errClientGone), errors.Is(err, context.Canceled):
+		what := "while sending the request"
+		if ce != nil && ce.phase != phaseParse {
+			what = "during the " + string(ce.phase) + " phase; what it held was released"
+		}
+		return reply{event: "CLIENT_DISCONNECTED", level: slog.LevelInfo, msg: what}
+	case errors.As(err, &ae):
+		return reply{status: http.StatusBadRequest, code: webdriver.ErrInvalidArgument, msg: ae.Msg, event: "BAD_REQUEST", level: slog.LevelInfo}
+	case errors.As(err, &nf), errors.As(err, &nl):
+		rep.event, rep.level = "ENVIRONMENT_NOT_AVAILABLE", slog.LevelInfo
+	case errors.As(err, &rf):
+		return h.refusalReply(rf.out)
+	case errors.Is(err, errShutDown):
+		rep.status, rep.retryAfter = http.StatusServiceUnavailable, h.queue.RetryAfter()
+	case errors.As(err, &de):
+		code, msg, ok := de.W3C()
+		if !ok {
+			break
+		}
+		rep.status, rep.code = de.Status, code
+		rep.msg = fmt.Sprintf("%s: the driver refused the new session: %s", de.Browser, msg)
+	case errors.As(err, &se) && se.Down:
+		// What ggr and CI retry loops understand: try again later, or elsewhere.
+		rep.status, rep.retryAfter = http.StatusServiceUnavailable, h.queue.RetryAfter()
+	}
+	return rep
+}
+
+// refusalReply answers a queue refusal: 429 with Retry-After for no-wait, a full
+// queue and the two budgets; 500 under -disable-queue (no queue, no budget ran
+// out: a failed start on this host, which ggr may try elsewhere); 503 with
+// Retry-After while the hub shuts down; nothing for a client that left. The
+// queue has logged each, with the request id.
+func (h *Hub) refusalReply(out queue.Outcome) reply {
+	rep := reply{status: http.StatusTooManyRequests, code: webdriver.ErrSessionNotCreated, msg: out.Message(), retryAfter: out.RetryAfter}
+	switch out.Reason {
+	case queue.ReasonCancelled:
+		return reply{}
+	case queue.ReasonDisabled:
+		rep.status, rep.retryAfter = StatusDisabled, 0
+	case queue.ReasonClosed:
+		rep.status = http.StatusServiceUnavailable
+	}
+	return rep
+}
+
+// writeCreateError logs a failed creation with its request id and answers it.
+func (h *Hub) writeCreateError(w http.ResponseWriter, id string, err error) {
+	rep := h.replyFor(err)
+	if rep.event != "" {
+		logtag.Event(h.log, rep.level, id, rep.event, rep.msg)
+	}
+	if rep.status == 0 {
+		return
+	}
+	if rep.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(rep.retryAfter/time.Second)))
+	}
+	webdriver.WriteError(w, rep.status, rep.code, rep.msg)
+}

@@ -1,0 +1,231 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/websummoner/websummoner/internal/config"
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/queue"
+)
+
+// createErrorCase is one error a client can get from POST /session.
+type createErrorCase struct {
+	name   string // the docs' wording of the case
+	phase  phase
+	queue  queue.Options
+	hub    Options
+	l      func(*stubLauncher)
+	prep   func(t *testing.T, f *fixture) // brings the hub into the case's state
+	body   string
+	header []string
+	status int
+	code   string
+	msg    string // part of the message
+	retry  bool   // a Retry-After header
+	tag    string // the log line's tag, carrying the request id
+}
+
+func createErrorCases() []createErrorCase {
+	const chrome = w3cChrome
+	holdSlot := func(t *testing.T, f *fixture) {
+		if resp, _ := f.do("POST", "/session", chrome); resp.StatusCode != 200 {
+			t.Fatalf("holding the slot: %d", resp.StatusCode)
+		}
+	}
+	driverAnswers := func(status int, body string) func(*stubLauncher) {
+		return func(l *stubLauncher) {
+			l.wrap = func(h http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/session") {
+						w.WriteHeader(status)
+						fmt.Fprint(w, body)
+						return
+					}
+					h.ServeHTTP(w, r)
+				})
+			}
+		}
+	}
+	return []createErrorCase{
+		{name: "body is not JSON", phase: phaseParse, body: `{"capabilities":`,
+			status: 400, code: "invalid argument", msg: "not a JSON object", tag: "BAD_REQUEST"},
+		{name: "neither capabilities nor desiredCapabilities", phase: phaseParse, body: `{}`,
+			status: 400, code: "invalid argument", msg: "neither", tag: "BAD_REQUEST"},
+		{name: "body over 32 MiB", phase: phaseParse, body: `{"capabilities":{"alwaysMatch":{"x":"` + strings.Repeat("a", MaxNewSessionBody) + `"}}}`,
+			status: 413, code: "invalid argument", msg: "32 MiB", tag: "BAD_REQUEST"},
+		{name: "no browserName", phase: phaseResolve, body: `{"capabilities":{"alwaysMatch":{}}}`,
+			status: 500, code: "session not created", msg: "configured: chrome (127.0, 128.0); firefox (1)", tag: "ENVIRONMENT_NOT_AVAILABLE"},
+		{name: "browser not configured", phase: phaseResolve, body: `{"capabilities":{"alwaysMatch":{"browserName":"opera"}}}`,
+			status: 500, code: "session not created", msg: "configured: chrome (127.0, 128.0); firefox (1)", tag: "ENVIRONMENT_NOT_AVAILABLE"},
+		{name: "version not configured", phase: phaseResolve, body: `{"capabilities":{"alwaysMatch":{"browserName":"chrome","browserVersion":"99"}}}`,
+			status: 500, code: "session not created", msg: "configured versions: 127.0, 128.0", tag: "ENVIRONMENT_NOT_AVAILABLE"},
+		{name: "Docker image under -disable-docker", phase: phaseResolve, body: `{"capabilities":{"alwaysMatch":{"browserName":"firefox"}}}`,
+			status: 500, code: "session not created", msg: "-disable-docker", tag: "ENVIRONMENT_NOT_AVAILABLE"},
+		{name: "engine unreachable, found before queueing", phase: phaseCheck, body: chrome,
+			prep: func(t *testing.T, f *fixture) {
+				f.hub.launchers.Process = checkLauncher{f.l, &launcher.StartError{Phase: launcher.PhaseStart, Browser: "chrome 128.0", Engine: true, Down: true, Msg: "the Docker engine is unreachable (injected)"}}
+			},
+			status: 503, code: "session not created", msg: "unreachable", retry: true, tag: "SESSION_FAILED"},
+		{name: "image missing", phase: phaseCheck, body: chrome,
+			prep: func(t *testing.T, f *fixture) {
+				f.hub.launchers.Process = checkLauncher{f.l, &launcher.StartError{Phase: launcher.PhaseImage, Browser: "chrome 128.0", Msg: "image \"x\" is not on the Docker engine (injected)"}}
+			},
+			status: 500, code: "session not created", msg: "not on the Docker engine", tag: "SESSION_FAILED"},
+		{name: "no-wait header, every slot busy", phase: phaseAdmit, queue: queue.Options{Limit: 1, Timeout: time.Minute}, prep: holdSlot,
+			body: chrome, header: []string{"X-Selenoid-No-Wait", ""},
+			status: 429, code: "session not created", msg: "asked not to wait", retry: true, tag: "QUEUE_NO_WAIT"},
+		{name: "keeping-up budget ran out", phase: phaseAdmit, queue: queue.Options{Limit: 1, Timeout: time.Minute}, prep: holdSlot, body: chrome,
+			status: 429, code: "session not created", msg: "-queue-timeout", retry: true, tag: "QUEUE_TIMEOUT"},
+		{name: "saturated budget ran out", phase: phaseAdmit, queue: queue.Options{Limit: 1, Timeout: time.Minute},
+			prep: func(t *testing.T, f *fixture) { holdSlot(t, f); time.Sleep(2 * time.Minute) }, body: chrome,
+			status: 429, code: "session not created", msg: "-queue-congestion-timeout", retry: true, tag: "QUEUE_SHED"},
+		{name: "-queue-max requests already wait", phase: phaseAdmit, queue: queue.Options{Limit: 1, Timeout: time.Minute, MaxWaiting: 1},
+			prep: func(t *testing.T, f *fixture) {
+				holdSlot(t, f)
+				go f.do("POST", "/session", chrome) // waits its minute out
+				synctest.Wait()
+			}, body: chrome,
+			status: 429, code: "session not created", msg: "-queue-max", retry: true, tag: "QUEUE_FULL"},
+		{name: "-disable-queue, every slot busy", phase: phaseAdmit, queue: queue.Options{Limit: 1, Disabled: true}, prep: holdSlot, body: chrome,
+			status: 500, code: "session not created", msg: "-disable-queue", tag: "QUEUE_DISABLED"},
+		{name: "the hub is draining", phase: phaseAdmit, prep: func(t *testing.T, f *fixture) { f.hub.queue.Close() }, body: chrome,
+			status: 503, code: "session not created", msg: "shutting down", retry: true, tag: "QUEUE_CLOSED"},
+		{name: "the browser failed to start", phase: phaseStart, body: chrome,
+			l: func(l *stubLauncher) {
+				l.startErr = &launcher.StartError{Phase: launcher.PhaseStartup, Browser: "chrome 128.0", Engine: true, Msg: "driver did not answer within -service-startup-timeout 30s"}
+			},
+			status: 500, code: "session not created", msg: "-service-startup-timeout", tag: "SESSION_FAILED"},
+		{name: "engine unreachable during the start", phase: phaseStart, body: chrome,
+			l: func(l *stubLauncher) {
+				l.startErr = &launcher.StartError{Phase: launcher.PhaseStart, Browser: "chrome 128.0", Engine: true, Down: true, Msg: "the Docker engine is unreachable"}
+			},
+			status: 503, code: "session not created", msg: "unreachable", retry: true, tag: "SESSION_FAILED"},
+		{name: "the driver refused the capabilities", phase: phaseStart, body: `{"capabilities":{"alwaysMatch":{"browserName":"chrome","wdstub:reject":true}}}`,
+			status: 400, code: "invalid argument", msg: "chrome 128.0: the driver refused the new session", tag: "SESSION_FAILED"},
+		{name: "the driver failed the new session", phase: phaseStart, body: chrome, l: func(l *stubLauncher) { l.stub.FailNewSession = true },
+			status: 500, code: "session not created", msg: "the driver refused the new session", tag: "SESSION_FAILED"},
+		{name: "the driver answered an error that is not W3C", phase: phaseStart, body: chrome, l: driverAnswers(502, "<html>bad gateway</html>"),
+			status: 500, code: "session not created", msg: "answered 502", tag: "SESSION_FAILED"},
+		{name: "the driver's answer has no session id", phase: phaseStart, body: chrome, l: driverAnswers(200, `{"value":{}}`),
+			status: 500, code: "session not created", msg: "no sessionId", tag: "SESSION_FAILED"},
+		{name: "the driver took longer than -session-attempt-timeout", phase: phaseStart, body: chrome,
+			hub: Options{SessionAttemptTimeout: 10 * time.Second}, l: func(l *stubLauncher) { l.stub.NewSessionDelay = time.Hour },
+			status: 500, code: "session not created", msg: "within -session-attempt-timeout 10s", tag: "SESSION_FAILED"},
+		{name: "the grace period ended during the start", phase: phaseRegister, body: chrome,
+			l: func(l *stubLauncher) { l.block, l.entered = make(chan struct{}), make(chan struct{}, 1) },
+			prep: func(t *testing.T, f *fixture) {
+				go func() {
+					<-f.l.entered
+					ctx, cancel := context.WithCancel(context.Background())
+					cancel()
+					go f.hub.Drain(ctx) // the grace is over at once; this start is still under way
+					synctest.Wait()
+					close(f.l.block)
+				}()
+			},
+			status: 503, code: "session not created", msg: "shutting down", retry: true, tag: "SESSION_FAILED"},
+	}
+}
+
+// checkLauncher injects what a launcher's Check says: the engine's state is a
+// fault the hub test has no engine to produce.
+type checkLauncher struct {
+	*stubLauncher
+	err error
+}
+
+func (c checkLauncher) Check(context.Context, config.Resolved) error { return c.err }
+
+// Every error a client can get from POST /session, with its status, W3C code,
+// Retry-After and log tag, each in fake time; and docs/hub.md lists exactly these.
+func TestCreateErrorTable(t *testing.T) {
+	for _, c := range createErrorCases() {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := &stubLauncher{mem: newMemTransport()}
+				if c.l != nil {
+					c.l(l)
+				}
+				if c.queue.Limit == 0 {
+					c.queue.Limit = 2
+				}
+				f := newFixture(t, c.queue, c.hub, l)
+				if c.prep != nil {
+					c.prep(t, f)
+				}
+				resp, body := f.do("POST", "/session", c.body, c.header...)
+				code, msg := errOf(body)
+				if resp.StatusCode != c.status || code != c.code || !strings.Contains(msg, c.msg) {
+					t.Errorf("%d %q %q; want %d %q containing %q", resp.StatusCode, code, msg, c.status, c.code, c.msg)
+				}
+				if ra := resp.Header.Get("Retry-After"); c.retry {
+					if n, err := strconv.Atoi(ra); err != nil || n < 1 {
+						t.Errorf("Retry-After %q, want whole seconds ≥ 1", ra)
+					}
+				} else if ra != "" {
+					t.Errorf("Retry-After %q on a refusal that has none", ra)
+				}
+				checkTagged(t, f, c.tag)
+				f.hub.queue.Close()
+				f.sess.EndAll("shutdown")
+			})
+		})
+	}
+}
+
+// checkTagged finds the case's log line and checks that it carries the id of a
+// request that was logged as NEW_REQUEST.
+func checkTagged(t *testing.T, f *fixture, tag string) {
+	t.Helper()
+	ids := map[string]bool{}
+	re := regexp.MustCompile(`^\[([^]]+)\] \[([A-Z_]+)\]`)
+	for {
+		select {
+		case line := <-f.ev:
+			m := re.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			if m[2] == "NEW_REQUEST" {
+				ids[m[1]] = true
+			}
+			if m[2] == tag {
+				if !ids[m[1]] {
+					t.Errorf("%s logged without its request's id: %q", tag, line)
+				}
+				return
+			}
+		default:
+			t.Errorf("no [%s] line logged", tag)
+			return
+		}
+	}
+}
+
+// docs/hub.md's error table is this list: one row per case, naming its phase,
+// status, code, Retry-After and log tag.
+func TestErrorTableIsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/hub.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range createErrorCases() {
+		retry := "—"
+		if c.retry {
+			retry = "yes"
+		}
+		row := fmt.Sprintf("| %s | %s | %d | `%s` | %s | `[%s]` |", c.name, c.phase, c.status, c.code, retry, c.tag)
+		if !strings.Contains(string(doc), row) {
+			t.Errorf("docs/hub.md lacks the row\n%s", row)
+		}
+	}
+}

@@ -1,0 +1,64 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+)
+
+// memTransport carries the hub's requests to in-memory driver handlers, so that
+// hub tests of timeouts run in a synctest bubble: a real socket is not durably
+// blocking and would keep fake time from advancing. It is a stand-in for the
+// network only; the drivers are the real wdstub handler.
+type memTransport struct {
+	mu    sync.Mutex
+	next  int
+	hosts map[string]http.Handler
+}
+
+func newMemTransport() *memTransport { return &memTransport{hosts: map[string]http.Handler{}} }
+
+func (m *memTransport) add(h http.Handler) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.next++
+	host := fmt.Sprintf("driver-%d:4444", m.next)
+	m.hosts[host] = h
+	return host
+}
+
+func (m *memTransport) remove(host string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.hosts, host)
+}
+
+// RoundTrip serves req with the host's handler, or fails as a refused
+// connection would; it returns early when req's context ends.
+func (m *memTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	m.mu.Lock()
+	h := m.hosts[req.URL.Host]
+	m.mu.Unlock()
+	if h == nil {
+		return nil, errors.New("dial tcp " + req.URL.Host + ": connection refused")
+	}
+	// A server always hands its handler a body; a client request may have none.
+	req = req.Clone(req.Context())
+	if req.Body == nil {
+		req.Body = http.NoBody
+	}
+	rec := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.ServeHTTP(rec, req)
+	}()
+	select {
+	case <-done:
+		return rec.Result(), nil
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
+}

@@ -1,0 +1,137 @@
+package docker
+
+import (
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/go-connections/nat"
+
+	"github.com/websummoner/websummoner/internal/config"
+	"github.com/websummoner/websummoner/internal/launcher"
+)
+
+// containerConfig builds the container from the browsers.json entry and the
+// client's options. What a client may influence is an explicit allow-list: env,
+// labels (never ours), time zone, screen resolution, VNC. Mounts, privileges and
+// networks come from the operator's configuration only. side are the image's
+// side-service ports to publish with the driver's.
+func (l *Launcher) containerConfig(r launcher.Request, session string, side []nat.Port) (*container.Config, *container.HostConfig, error) {
+	b, o := r.Browser.Browser, r.Options
+	port, err := nat.NewPort("tcp", portOf(b))
+	if err != nil {
+		return nil, nil, err
+	}
+	labels := map[string]string{}
+	for k, v := range o.Labels {
+		if !strings.HasPrefix(k, "websummoner.") {
+			labels[k] = v
+		}
+	}
+	maps.Copy(labels, b.Labels)
+	labels[LabelInstance] = l.opts.Instance
+	labels[LabelSession] = session
+	labels[LabelBrowser] = r.Browser.String()
+
+	memStr, cpuStr := b.Mem, b.CPU
+	if memStr == "" {
+		memStr = l.opts.Mem
+	}
+	if cpuStr == "" {
+		cpuStr = l.opts.CPU
+	}
+	mem, err := parseMem(memStr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("\"mem\": %v", err)
+	}
+	cpu, err := parseCPU(cpuStr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("\"cpu\": %v", err)
+	}
+	ports := append([]nat.Port{port}, side...)
+	cfg := &container.Config{
+		Image:        b.Image.Name,
+		Env:          launcher.Env(r),
+		Labels:       labels,
+		ExposedPorts: nat.PortSet{},
+	}
+	host := &container.HostConfig{
+		Binds:           b.Volumes,
+		Tmpfs:           b.Tmpfs,
+		ShmSize:         b.ShmSize,
+		ExtraHosts:      b.Hosts,
+		Sysctls:         b.Sysctl,
+		Privileged:      l.opts.Privileged,
+		PublishAllPorts: b.PublishAllPorts,
+		Resources:       container.Resources{Memory: mem, NanoCPUs: cpu},
+	}
+	if l.opts.Address == Published {
+		host.PortBindings = nat.PortMap{}
+	}
+	for _, p := range ports {
+		cfg.ExposedPorts[p] = struct{}{}
+		if l.opts.Address == Published {
+			host.PortBindings[p] = []nat.PortBinding{{HostIP: "127.0.0.1", HostPort: ""}}
+		}
+	}
+	if l.userNetwork() {
+		host.NetworkMode = container.NetworkMode(l.opts.Network)
+	}
+	return cfg, host, nil
+}
+
+func (l *Launcher) userNetwork() bool { return l.opts.Network != "" && l.opts.Network != "default" }
+
+func (l *Launcher) networking() *network.NetworkingConfig {
+	if !l.userNetwork() {
+		return nil
+	}
+	return &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{l.opts.Network: {}}}
+}
+
+func portOf(b *config.Browser) string {
+	if b.Port != "" {
+		return b.Port
+	}
+	return "4444"
+}
+
+// parseMem reads Selenoid's memory sizes: 128m, 1g, 512k, or bytes.
+func parseMem(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	mult := int64(1)
+	switch strings.ToLower(s[len(s)-1:]) {
+	case "k":
+		mult = 1 << 10
+	case "m":
+		mult = 1 << 20
+	case "g":
+		mult = 1 << 30
+	}
+	num := s
+	if mult > 1 {
+		num = s[:len(s)-1]
+	}
+	n, err := strconv.ParseFloat(num, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q is not a memory size such as 512m or 1g", s)
+	}
+	return int64(n * float64(mult)), nil
+}
+
+// parseCPU reads a CPU count such as 0.5 or 2.0 into Docker's NanoCPUs.
+func parseCPU(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseFloat(s, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q is not a CPU count such as 0.5 or 2.0", s)
+	}
+	return int64(n * 1e9), nil
+}

@@ -1,0 +1,75 @@
+package docker
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/go-connections/nat"
+
+	"github.com/websummoner/websummoner/internal/launcher"
+)
+
+// Side-service ports of Selenoid's browser image contract, so that aerokube's
+// images and ours interchange. A port is published, and its endpoint given to the
+// hub, only when the image exposes it.
+var sidePorts = []struct {
+	port   nat.Port
+	scheme string
+	set    func(*launcher.Endpoints, *url.URL)
+}{
+	{"7070/tcp", "http", func(e *launcher.Endpoints, u *url.URL) { e.DevTools = u }},
+	{"5900/tcp", "tcp", func(e *launcher.Endpoints, u *url.URL) { e.VNC = u }},
+	{"8080/tcp", "http", func(e *launcher.Endpoints, u *url.URL) { e.Files = u }},
+	{"9090/tcp", "http", func(e *launcher.Endpoints, u *url.URL) { e.Clipboard = u }},
+}
+
+// exposedSidePorts are the contract ports among an image's exposed ports.
+func exposedSidePorts(exposed map[string]struct{}) []nat.Port {
+	var out []nat.Port
+	for _, s := range sidePorts {
+		if _, ok := exposed[string(s.port)]; ok {
+			out = append(out, s.port)
+		}
+	}
+	return out
+}
+
+// endpointsOf says where a started container's driver and side services are.
+func endpointsOf(addr Address, info container.InspectResponse, name, port, path string, side []nat.Port) (launcher.Endpoints, error) {
+	var e launcher.Endpoints
+	host, err := hostPort(addr, info, name, nat.Port(port+"/tcp"))
+	if err != nil {
+		return e, err
+	}
+	e.Driver = &url.URL{Scheme: "http", Host: host, Path: path}
+	for _, s := range sidePorts {
+		for _, p := range side {
+			if p != s.port {
+				continue
+			}
+			if host, err := hostPort(addr, info, name, p); err == nil {
+				s.set(&e, &url.URL{Scheme: s.scheme, Host: host})
+			}
+		}
+	}
+	return e, nil
+}
+
+// hostPort is where the hub reaches one container port: its port published on
+// 127.0.0.1, or the container's name on the browsers' network.
+func hostPort(addr Address, info container.InspectResponse, name string, port nat.Port) (string, error) {
+	if addr == ByName {
+		return name + ":" + port.Port(), nil
+	}
+	if info.NetworkSettings == nil {
+		return "", errors.New("the engine reported no network settings")
+	}
+	for _, b := range info.NetworkSettings.Ports[port] {
+		if b.HostPort != "" && (b.HostIP == "127.0.0.1" || b.HostIP == "") {
+			return "127.0.0.1:" + b.HostPort, nil
+		}
+	}
+	return "", fmt.Errorf("port %s is not published on 127.0.0.1", port)
+}

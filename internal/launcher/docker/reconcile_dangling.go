@@ -1,0 +1,80 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/errdefs"
+
+	"github.com/websummoner/websummoner/internal/logtag"
+)
+
+// removeNow removes a container whatever its state, within ctx and the stop
+// timeout. A removal that fails (engine down) is returned and left to the
+// sweep: the container is no longer live, so the next sweep takes it.
+func (l *Launcher) removeNow(ctx context.Context, inst *instance) error {
+	// The container stays owned until it is gone, so a sweep never races this
+	// removal with its own.
+	defer func() {
+		l.mu.Lock()
+		delete(l.live, inst.id)
+		l.mu.Unlock()
+	}()
+	ctx, cancel := context.WithTimeout(ctx, l.opts.StopTimeout)
+	defer cancel()
+	err := l.engine.ContainerRemove(ctx, inst.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !errdefs.IsNotFound(err) {
+		logtag.Event(l.log, slog.LevelWarn, "", "CONTAINER_REMOVE_FAILED", shortID(inst.id), err, "the sweep will retry")
+		return fmt.Errorf("removing container %s: %w (the sweep retries every -sweep-interval)", shortID(inst.id), err)
+	}
+	return nil
+}
+
+// sweep removes containers of this instance that no live session owns. At
+// start-up (all) every container of the instance goes: they are a previous
+// run's. Otherwise a container is spared while it is being created.
+func (l *Launcher) sweep(ctx context.Context, all bool) int {
+	list, err := l.engine.ContainerList(ctx, container.ListOptions{All: true,
+		Filters: filters.NewArgs(filters.Arg("label", LabelInstance+"="+l.opts.Instance))})
+	if err != nil {
+		logtag.Event(l.log, slog.LevelWarn, "", "SWEEP_FAILED", err)
+		return 0
+	}
+	n := 0
+	for _, c := range list {
+		l.mu.Lock()
+		owned := l.live[c.ID] != nil
+		for _, cn := range c.Names {
+			owned = owned || l.creating[strings.TrimPrefix(cn, "/")]
+		}
+		l.mu.Unlock()
+		if owned && !all {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, l.opts.StopTimeout)
+		err := l.engine.ContainerRemove(rctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		cancel()
+		if err == nil || errdefs.IsNotFound(err) {
+			n++
+		}
+	}
+	if n > 0 {
+		why := "no live session owns them"
+		if all {
+			why = "left by an earlier run of instance " + l.opts.Instance
+		}
+		logtag.Event(l.log, slog.LevelInfo, "", "CONTAINERS_REMOVED", strconv.Itoa(n), why)
+	}
+	return n
+}
+
+// SweepAll removes every container of this instance (start-up and shutdown).
+func (l *Launcher) SweepAll(ctx context.Context) int { return l.sweep(ctx, true) }
+
+// Sweep removes containers of this instance that no live session owns.
+func (l *Launcher) Sweep(ctx context.Context) int { return l.sweep(ctx, false) }

@@ -1,0 +1,157 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/errdefs"
+
+	"github.com/websummoner/websummoner/internal/logtag"
+)
+
+// Run is Prepare, then Watch.
+func (l *Launcher) Run(ctx context.Context) {
+	l.Prepare(ctx)
+	l.Watch(ctx)
+}
+
+// Prepare pings the engine and removes what an earlier run of this instance
+// left. The hub calls it before it announces itself, so the first request finds
+// the engine's state known.
+func (l *Launcher) Prepare(ctx context.Context) {
+	l.checkHealth(ctx)
+	if l.up.Load() {
+		l.sweep(ctx, true)
+	}
+}
+
+// Watch follows container deaths, the engine's health and the periodic sweep
+// until ctx ends.
+func (l *Launcher) Watch(ctx context.Context) {
+	go l.watchEvents(ctx)
+	health := time.NewTicker(l.opts.HealthInterval)
+	sweep := time.NewTicker(l.opts.SweepInterval)
+	defer health.Stop()
+	defer sweep.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-health.C:
+			wasUp := l.up.Load()
+			l.checkHealth(ctx)
+			if !wasUp && l.up.Load() {
+				l.reconcile(ctx)
+				l.sweep(ctx, false)
+			}
+		case <-sweep.C:
+			if l.up.Load() {
+				l.sweep(ctx, false)
+			}
+		}
+	}
+}
+
+// Ready reports whether browsers can be started now.
+func (l *Launcher) Ready() (bool, string) {
+	if l.up.Load() {
+		return true, "Docker engine answers"
+	}
+	return false, "Docker engine unreachable: " + l.upErr.Load().(string)
+}
+
+func (l *Launcher) checkHealth(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := l.engine.Ping(pctx)
+	was := l.up.Load()
+	if err != nil {
+		l.upErr.Store(err.Error())
+		l.up.Store(false)
+		if was {
+			logtag.Event(l.log, slog.LevelWarn, "", "DOCKER_DOWN", err)
+		}
+		if l.opts.OnHealth != nil {
+			l.opts.OnHealth(false)
+		}
+		return
+	}
+	l.up.Store(true)
+	if !was {
+		logtag.Event(l.log, slog.LevelInfo, "", "DOCKER_UP")
+	}
+	if l.opts.OnHealth != nil {
+		l.opts.OnHealth(true)
+	}
+}
+
+// watchEvents turns container deaths into Exited, resubscribing when the engine
+// connection breaks.
+func (l *Launcher) watchEvents(ctx context.Context) {
+	for ctx.Err() == nil {
+		msgs, errs := l.engine.Events(ctx, events.ListOptions{Filters: filters.NewArgs(
+			filters.Arg("type", string(events.ContainerEventType)),
+			filters.Arg("event", string(events.ActionDie)),
+			filters.Arg("label", LabelInstance+"="+l.opts.Instance))})
+		l.reconcile(ctx) // deaths missed while not subscribed
+	recv:
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case m := <-msgs:
+				l.mu.Lock()
+				inst := l.live[m.Actor.ID]
+				l.mu.Unlock()
+				if inst != nil {
+					reason := fmt.Sprintf("container %s exited with code %s", shortID(m.Actor.ID), m.Actor.Attributes["exitCode"])
+					ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+					if info, err := l.engine.ContainerInspect(ictx, m.Actor.ID); err == nil && info.State != nil && info.State.OOMKilled {
+						reason += " (killed: out of memory)"
+					}
+					cancel()
+					inst.exit(reason)
+				}
+			case <-errs:
+				break recv
+			}
+		}
+		t := time.NewTimer(time.Second)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// reconcile inspects every live container and reports those that are gone or
+// no longer running.
+func (l *Launcher) reconcile(ctx context.Context) {
+	l.mu.Lock()
+	insts := make([]*instance, 0, len(l.live))
+	for _, i := range l.live {
+		if i.endpoints.Driver != nil { // started; one still starting is watched by its Start
+			insts = append(insts, i)
+		}
+	}
+	l.mu.Unlock()
+	for _, i := range insts {
+		info, err := l.engine.ContainerInspect(ctx, i.id)
+		switch {
+		case errdefs.IsNotFound(err):
+			i.exit(fmt.Sprintf("container %s is gone", shortID(i.id)))
+		case err == nil && info.State != nil && !info.State.Running:
+			reason := fmt.Sprintf("container %s exited with code %d", shortID(i.id), info.State.ExitCode)
+			if info.State.OOMKilled {
+				reason += " (killed: out of memory)"
+			}
+			i.exit(reason)
+		}
+	}
+}

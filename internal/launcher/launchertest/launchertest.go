@@ -1,0 +1,90 @@
+// Package launchertest holds the start-policy cases every launcher must pass,
+// so that the process and Docker launchers are held to one table.
+package launchertest
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/webdriver"
+)
+
+// EnvCase is one start: the operator's browsers.json env, the client's options,
+// and the value each named variable must have in the driver's environment ("" =
+// not set).
+type EnvCase struct {
+	Name     string
+	Operator []string
+	Options  webdriver.Options
+	Want     map[string]string
+}
+
+// EnvCases is the env precedence of docs/browsers.md: client env, then what the
+// hub derives from the client's options, then the operator's env.
+func EnvCases() []EnvCase {
+	return []EnvCase{
+		{Name: "client env reaches the driver",
+			Options: webdriver.Options{Env: []string{"WS_FOO=1"}},
+			Want:    map[string]string{"WS_FOO": "1"}},
+		{Name: "derived values beat the client's env",
+			Options: webdriver.Options{Env: []string{"TZ=Asia/Tokyo", "SCREEN_RESOLUTION=1x1x8"}, TimeZone: "Europe/Paris", ScreenResolution: "1280x1024x24", EnableVNC: true},
+			Want:    map[string]string{"TZ": "Europe/Paris", "SCREEN_RESOLUTION": "1280x1024x24", "ENABLE_VNC": "true"}},
+		{Name: "the operator's env beats the client's",
+			Operator: []string{"LANG=C", "TZ=UTC"},
+			Options:  webdriver.Options{Env: []string{"LANG=de_DE.UTF-8", "WS_BAR=x"}, TimeZone: "Europe/Paris"},
+			Want:     map[string]string{"LANG": "C", "TZ": "UTC", "WS_BAR": "x"}},
+		{Name: "nothing asked, nothing set",
+			Want: map[string]string{"ENABLE_VNC": "", "SCREEN_RESOLUTION": ""}},
+	}
+}
+
+// DriverStatus reads what a started wdstub driver reports on /status: its pid
+// and the environment it was really given.
+func DriverStatus(t testing.TB, inst launcher.Instance) (pid int, env map[string]string) {
+	t.Helper()
+	resp, err := http.Get(inst.Endpoints().Driver.JoinPath("status").String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st struct {
+		Value struct {
+			PID int      `json:"pid"`
+			Env []string `json:"env"`
+		} `json:"value"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	env = map[string]string{}
+	for _, kv := range st.Value.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	return st.Value.PID, env
+}
+
+// RunEnvCases starts one driver per case with start (given the operator's env
+// and the client's options), checks the environment it reports, and stops it.
+func RunEnvCases(t *testing.T, start func(operator []string, o webdriver.Options) (launcher.Instance, error)) {
+	t.Helper()
+	for _, c := range EnvCases() {
+		inst, err := start(c.Operator, c.Options)
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		_, env := DriverStatus(t, inst)
+		for k, want := range c.Want {
+			if got := env[k]; got != want {
+				t.Errorf("%s: %s=%q in the driver, want %q", c.Name, k, got, want)
+			}
+		}
+		if err := inst.Stop(context.Background()); err != nil {
+			t.Errorf("%s: stop: %v", c.Name, err)
+		}
+	}
+}
