@@ -268,9 +268,6 @@ func (i *instance) wait() {
 func (i *instance) Endpoints() launcher.Endpoints { return i.endpoints }
 func (i *instance) Exited() <-chan struct{}       { return i.exited }
 func (i *instance) Describe() string {
-	if i.cmd == nil || i.cmd.Process == nil {
-		return "process"
-	}
 	return "pid " + strconv.Itoa(i.cmd.Process.Pid) + " port " + strconv.Itoa(i.port)
 }
 
