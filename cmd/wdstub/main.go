@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/websummoner/websummoner/internal/hostile"
 	"github.com/websummoner/websummoner/internal/wdstub"
 )
 
@@ -30,6 +31,8 @@ func main() {
 	failNew := flag.Bool("fail-new-session", false, "answer POST /session with 500")
 	capacityURL := flag.String("capacity-url", "", "ask this URL (the load tool's fake host) how long this start takes and whether it fails")
 	page := flag.Bool("serve-page", false, "serve a fixed test page at / instead of WebDriver (the end-to-end tests' page)")
+	faults := flag.String("fault", "", "misbehave: phase=fault,… (phases status, new-session, command, delete; faults broken-body, redirect, hang, exit, huge, garbage)")
+	faultRate := flag.Float64("fault-rate", 0, "chance a request of a faulty phase gets its fault (0 = always)")
 	// In a container the command line is fixed by the image; WDSTUB_<FLAG> in the
 	// environment (from browsers.json "env") sets a flag instead.
 	flag.VisitAll(func(f *flag.Flag) {
@@ -90,7 +93,13 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("wdstub: listening on %s\n", ln.Addr())
+	at, err := hostile.Parse(*faults)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wdstub: -fault:", err)
+		os.Exit(2)
+	}
 	var h http.Handler = wdstub.New(wdstub.Options{NewSessionDelay: *newDelay, FailNewSession: *failNew})
+	h = hostile.Wrap(h, hostile.Options{At: at, Probability: *faultRate, ExitProcess: true})
 	if *page {
 		h = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")

@@ -1,10 +1,11 @@
 package hub
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -30,29 +31,61 @@ func (h *Hub) proxyCommand(w http.ResponseWriter, r *http.Request) {
 	h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, s)))
 }
 
+// maxDeleteAnswer bounds the driver's answer to DELETE that is passed on; a
+// real one is {"value":null}.
+const maxDeleteAnswer = 1 << 20
+
 // deleteSession forwards DELETE to the driver, then ends the session: browser
-// stopped, slot released, whatever the driver answered.
+// stopped, slot released, whatever the driver answered, however it broke off.
 func (h *Hub) deleteSession(w http.ResponseWriter, r *http.Request) {
 	s, ok := h.begin(w, r)
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.opts.SessionDeleteTimeout)
-	rec := &captureWriter{header: http.Header{}}
-	h.proxy.ServeHTTP(rec, r.WithContext(context.WithValue(ctx, sessionKey{}, s)))
-	cancel()
+	ended := false
+	defer func() { // every exit, a panic included, releases what DELETE holds
+		if !ended {
+			h.sessions.Done(s)
+			h.sessions.End(s.ID, session.ReasonDeleted)
+		}
+	}()
+	status, ctype, body := h.forwardDelete(r, s)
 	h.sessions.Done(s)
 	h.sessions.End(s.ID, session.ReasonDeleted)
-	if rec.status == http.StatusOK {
-		for k, v := range rec.header {
-			w.Header()[k] = v
-		}
-		w.WriteHeader(rec.status)
-		_, _ = w.Write(rec.body.Bytes())
+	ended = true
+	if status != http.StatusOK || !json.Valid(body) {
+		// The driver failed to quit cleanly; the browser is stopped anyway.
+		writeJSON(w, http.StatusOK, map[string]any{"value": nil})
 		return
 	}
-	// The driver failed to quit cleanly; the browser is stopped anyway.
-	writeJSON(w, http.StatusOK, map[string]any{"value": nil})
+	w.Header().Set("Content-Type", ctype)
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// forwardDelete sends DELETE /session/{id} to the driver, within
+// -session-delete-timeout even if the client leaves, and reads a bounded answer.
+// Any failure (no answer, a body that breaks off or is too large) is status 0.
+func (h *Hub) forwardDelete(r *http.Request, s *session.Session) (status int, ctype string, body []byte) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.opts.SessionDeleteTimeout)
+	defer cancel()
+	u := s.URL().JoinPath("session", s.ID)
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, u.String(), nil)
+	if err != nil {
+		return 0, "", nil
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		logtag.Event(h.log, slog.LevelWarn, s.ID, "PROXY_ERROR", "DELETE", err.Error())
+		return 0, "", nil
+	}
+	defer resp.Body.Close()
+	body, err = io.ReadAll(io.LimitReader(resp.Body, maxDeleteAnswer+1))
+	if err != nil || len(body) > maxDeleteAnswer {
+		logtag.Event(h.log, slog.LevelWarn, s.ID, "PROXY_ERROR", "DELETE", fmt.Sprintf("the driver's answer broke off or exceeds %d bytes: %v", maxDeleteAnswer, err))
+		return 0, "", nil
+	}
+	return resp.StatusCode, resp.Header.Get("Content-Type"), body
 }
 
 // begin looks up the request's session and holds its idle timer (release with
@@ -104,29 +137,16 @@ func (h *Hub) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidSessionID,
 			fmt.Sprintf("session %s has ended: the browser exited (%s)", s.ID, s.Instance.ExitReason()))
 		return
+	case <-s.Ended():
+		// Ended while the command was in flight (DELETE, lifetime, shutdown): its
+		// driver is gone, and that is what the client must hear.
+		why, _ := h.sessions.Ended(s.ID)
+		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidSessionID,
+			fmt.Sprintf("session %s has ended: %s", s.ID, why))
+		return
 	default:
 	}
 	logtag.Event(h.log, slog.LevelWarn, s.ID, "PROXY_ERROR", r.Method+" "+r.URL.Path, err.Error())
 	webdriver.WriteError(w, http.StatusBadGateway, webdriver.ErrUnknownError,
 		fmt.Sprintf("session %s: the driver at %s did not answer %s %s: %v", s.ID, s.URL().Host, r.Method, r.URL.Path, err))
-}
-
-// captureWriter buffers a response so DELETE can end the session before answering.
-type captureWriter struct {
-	header http.Header
-	status int
-	body   bytes.Buffer
-}
-
-func (c *captureWriter) Header() http.Header { return c.header }
-func (c *captureWriter) WriteHeader(s int) {
-	if c.status == 0 {
-		c.status = s
-	}
-}
-func (c *captureWriter) Write(p []byte) (int, error) {
-	if c.status == 0 {
-		c.status = http.StatusOK
-	}
-	return c.body.Write(p)
 }

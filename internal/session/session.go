@@ -68,6 +68,9 @@ type Session struct {
 // URL is the driver's base URL.
 func (s *Session) URL() *url.URL { return s.endpoints.Driver }
 
+// Ended is closed once the session has ended, whatever ended it.
+func (s *Session) Ended() <-chan struct{} { return s.ended }
+
 // Endpoints says where the session's driver and side services are.
 func (s *Session) Endpoints() launcher.Endpoints { return s.endpoints }
 

@@ -1,0 +1,91 @@
+package hub
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/websummoner/websummoner/internal/hostile"
+	"github.com/websummoner/websummoner/internal/queue"
+)
+
+func hostileLauncher(at map[hostile.Phase]hostile.Fault) *stubLauncher {
+	return &stubLauncher{wrap: func(h http.Handler) http.Handler { return hostile.Wrap(h, hostile.Options{At: at}) }}
+}
+
+// A driver whose DELETE answer breaks off, is garbage or is too large: the client
+// still gets 200, and the session, its slot and its driver are gone.
+func TestDeleteAgainstHostileDriver(t *testing.T) {
+	for _, f := range []hostile.Fault{hostile.BrokenBody, hostile.Exit, hostile.Huge, hostile.Garbage, hostile.Redirect, hostile.Hang} {
+		t.Run(string(f), func(t *testing.T) {
+			l := hostileLauncher(map[hostile.Phase]hostile.Fault{hostile.PhaseDelete: f})
+			fx := newFixture(t, queue.Options{Limit: 1}, Options{SessionDeleteTimeout: 2 * time.Second}, l)
+			_, body := fx.do("POST", "/session", w3cChrome)
+			id := body["value"].(map[string]any)["sessionId"].(string)
+			resp, _ := fx.do("DELETE", "/wd/hub/session/"+id, "")
+			if resp.StatusCode != 200 {
+				t.Fatalf("DELETE answered %d", resp.StatusCode)
+			}
+			if fx.sess.Len() != 0 || fx.q.Stats().InUse != 0 || l.liveCount() != 0 {
+				t.Fatalf("leak: sessions %d, slots %d, drivers %d", fx.sess.Len(), fx.q.Stats().InUse, l.liveCount())
+			}
+		})
+	}
+}
+
+// A command whose answer breaks off mid-body aborts the client's response, but
+// the command's in-flight mark is given back: the idle clock runs again and the
+// session can be deleted.
+func TestCommandBodyBreaksOff(t *testing.T) {
+	l := hostileLauncher(map[hostile.Phase]hostile.Fault{hostile.PhaseCommand: hostile.BrokenBody})
+	fx := newFixture(t, queue.Options{Limit: 1}, Options{IdleTimeout: 300 * time.Millisecond}, l)
+	_, body := fx.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	resp, err := http.Get(fx.srv.URL + "/session/" + id + "/url")
+	if err == nil {
+		_, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	if err == nil {
+		t.Fatal("a broken answer reached the client whole")
+	}
+	fx.ev.Wait(t, "[SESSION_TIMED_OUT]", 10*time.Second) // the idle clock restarted after the aborted command
+	if fx.q.Stats().InUse != 0 || l.liveCount() != 0 {
+		t.Fatal("the aborted command's session kept its slot or driver")
+	}
+}
+
+// A command in flight when its session is deleted gets invalid session id, not
+// a gateway error.
+func TestCommandInFlightWhenSessionEnds(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	l := &stubLauncher{wrap: func(h http.Handler) http.Handler {
+		hang := hostile.Wrap(h, hostile.Options{At: map[hostile.Phase]hostile.Fault{hostile.PhaseCommand: hostile.Hang}})
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.URL.Path, "/execute/async") {
+				arrived <- struct{}{}
+			}
+			hang.ServeHTTP(w, r)
+		})
+	}}
+	fx := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	_, body := fx.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	type answer struct {
+		status int
+		body   map[string]any
+	}
+	got := make(chan answer, 1)
+	go func() {
+		resp, body := fx.do("POST", "/session/"+id+"/execute/async", `{"script":"","args":[]}`)
+		got <- answer{resp.StatusCode, body}
+	}()
+	<-arrived // the command is at the driver
+	fx.do("DELETE", "/session/"+id, "")
+	a := <-got
+	if code, msg := errOf(a.body); a.status != 404 || code != "invalid session id" || !strings.Contains(msg, "deleted") {
+		t.Fatalf("%d %q %q", a.status, code, msg)
+	}
+}
