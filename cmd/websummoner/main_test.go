@@ -23,7 +23,10 @@ func TestInvalidFlagsStopStartUp(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-limit", "0"}, "-limit must be a whole number of at least 1"},
+		{[]string{"-limit", "0"}, "-limit must be a whole number from 1 to 10000"},
+		{[]string{"-limit", "1000000000"}, "-limit must be a whole number from 1 to 10000 (got 1000000000)"},
+		{[]string{"-timeout", "1ns"}, "-timeout must be 0 (never) or at least 1s"},
+		{[]string{"-queue-timeout", "1m", "-queue-congestion-timeout", "2m"}, "is longer than -queue-timeout"},
 		{[]string{"-limit", "x"}, "invalid value \"x\" for flag -limit"},
 		{[]string{"-queue-timeout", "-1s"}, "-queue-timeout must be 0"},
 		{[]string{"-queue-congestion-timeout", "5s"}, "-queue-congestion-timeout 5s needs -queue-timeout"},

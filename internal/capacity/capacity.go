@@ -87,8 +87,8 @@ type Gate struct {
 
 // Validate says which flag holds a value the gate cannot work with.
 func (o Options) Validate() error {
-	if o.Limit < 1 {
-		return fmt.Errorf("-limit must be a whole number of at least 1 (got %d)", o.Limit)
+	if o.Limit < 1 || o.Limit > queue.MaxLimit {
+		return fmt.Errorf("-limit must be a whole number from 1 to %d (got %d)", queue.MaxLimit, o.Limit)
 	}
 	if o.Mode == Fixed && (o.Fixed < 1 || o.Fixed > o.Limit) {
 		return fmt.Errorf("-start-gate must be \"adaptive\", \"off\" or a number from 1 to -limit %d (got %d)", o.Limit, o.Fixed)

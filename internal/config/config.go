@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -99,12 +100,20 @@ func Parse(data []byte, dockerAllowed bool) (Browsers, error) {
 		}
 		return nil, err
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("line %d: unexpected content after the top-level object; the file must hold one JSON object", 1+bytes.Count(data[:min(int(dec.InputOffset()), len(data))], []byte("\n")))
+	}
 	if len(bs) == 0 {
 		return nil, errors.New("no browsers configured: the file must map browser names to {\"default\": …, \"versions\": {…}}")
 	}
 	for _, name := range sortedKeys(bs) {
 		v := bs[name]
-		if v == nil || len(v.Versions) == 0 {
+		switch {
+		case strings.TrimSpace(name) == "":
+			return nil, errors.New("a browser name is empty: clients ask for a browser by its name")
+		case v == nil:
+			return nil, fmt.Errorf("browser %q: entry is null; give {\"default\": …, \"versions\": {…}}", name)
+		case len(v.Versions) == 0:
 			return nil, fmt.Errorf("browser %q: \"versions\" is empty", name)
 		}
 		if v.Default != "" && v.Versions[v.Default] == nil {
@@ -113,8 +122,11 @@ func Parse(data []byte, dockerAllowed bool) (Browsers, error) {
 		for _, ver := range sortedKeys(v.Versions) {
 			b := v.Versions[ver]
 			where := fmt.Sprintf("browser %q version %q", name, ver)
+			if strings.TrimSpace(ver) == "" {
+				return nil, fmt.Errorf("browser %q: a version name is empty; an empty version request takes \"default\" instead", name)
+			}
 			if b == nil {
-				return nil, fmt.Errorf("%s: entry is null", where)
+				return nil, fmt.Errorf("%s: entry is null; give at least {\"image\": …}", where)
 			}
 			switch {
 			case b.Image.IsCommand():

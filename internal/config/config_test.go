@@ -73,6 +73,12 @@ func TestValidationNamesBrowserVersionField(t *testing.T) {
 		{`{"chrome": {"versions": {"1": {"image": "x", "env": ["NOEQ"]}}}}`, `"env" entry "NOEQ" must be NAME=value`},
 		{"{\n\"chrome\": {,}}", "line 2:"},
 		{`{}`, "no browsers configured"},
+		{`{"chrome": {"versions": {"1": {"image": "x"}}}} {"more": 1}`, "unexpected content after the top-level object"},
+		{`{"chrome": {"versions": {"1": {"image": "x"}}}} garbage`, "unexpected content after the top-level object"},
+		{`{"": {"versions": {"1": {"image": "x"}}}}`, "a browser name is empty"},
+		{`{"chrome": null}`, `browser "chrome": entry is null`},
+		{`{"chrome": {"versions": {"1": null}}}`, `browser "chrome" version "1": entry is null; give at least {"image": …}`},
+		{`{"chrome": {"versions": {"": {"image": "x"}}}}`, `browser "chrome": a version name is empty`},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.doc), true)

@@ -55,6 +55,7 @@ type creation struct {
 	ns       *webdriver.NewSession
 	cands    []webdriver.Candidate
 	cand     webdriver.Candidate
+	caps     map[string]any // the chosen candidate's, merged once
 	browser  config.Resolved
 	launcher launcher.Launcher
 	slot     *queue.Slot
@@ -110,7 +111,7 @@ func (h *Hub) parse(c *creation) error {
 		if errors.As(err, &tooBig) {
 			return err
 		}
-		return &bodyError{err}
+		return &bodyError{err} // malformed chunking, a short body: answered 400
 	}
 	if c.ns, err = webdriver.ParseNewSession(body); err != nil {
 		return err
@@ -144,6 +145,7 @@ func (h *Hub) resolve(c *creation) error {
 	if c.browser.Browser == nil {
 		return firstErr
 	}
+	c.caps = c.cand.Caps()
 	c.launcher = h.launchers.Process
 	if !c.browser.Image.IsCommand() {
 		c.launcher = h.launchers.Docker
@@ -201,7 +203,7 @@ func (h *Hub) start(c *creation) error {
 }
 
 func (h *Hub) startAttempts(c *creation) error {
-	body := webdriver.DriverBody(c.cand, c.ns.W3C, c.browser.Caps)
+	body := webdriver.DriverBody(c.caps, c.ns.W3C, c.browser.Caps)
 	var lastErr error
 	t0 := time.Now()
 	for attempt := 1; attempt <= h.opts.RetryCount; attempt++ {
@@ -245,7 +247,7 @@ func (h *Hub) register(c *creation) error {
 	}
 	s := &session.Session{
 		ID: c.driver.ID, Browser: c.browser.Name, Version: c.browser.Version, Name: c.cand.Options.Name,
-		Caps: c.cand.Caps, Started: time.Now(), Instance: c.inst, Idle: h.idleFor(c.cand.Options),
+		Caps: c.caps, Started: time.Now(), Instance: c.inst, Idle: h.idleFor(c.cand.Options),
 	}
 	if err := h.sessions.Add(s, c.slot); err != nil {
 		return err
@@ -315,9 +317,12 @@ func (h *Hub) newDriverSession(ctx context.Context, inst launcher.Instance, body
 		return fail("the driver's new-session call failed: "+err.Error(), err, true)
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, webdriver.MaxNewSessionAnswer))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, webdriver.MaxNewSessionAnswer+1))
 	if err != nil {
 		return fail("reading the driver's new-session answer: "+err.Error(), err, false)
+	}
+	if len(data) > webdriver.MaxNewSessionAnswer {
+		return fail(fmt.Sprintf("the driver's new-session answer is larger than %d MiB; a driver's capabilities are kilobytes — check the image", webdriver.MaxNewSessionAnswer>>20), nil, false)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return webdriver.DriverSession{}, &webdriver.DriverError{Browser: b.String(), Status: resp.StatusCode, Body: data}

@@ -67,7 +67,7 @@ func (e *refusal) Error() string { return e.out.Message() }
 
 // reply is what a client gets for a failed creation, and what the hub logs.
 type reply struct {
-	status     int // 0: answer nothing, the client has left
+	status     int // 0: the client has left (see writeCreateError)
 	code       string
 	msg        string
 	event      string // the log tag; "" when the queue has logged its own decision
@@ -100,7 +100,10 @@ func (h *Hub) replyFor(err error) reply {
 	case errors.As(err, &tb):
 		return reply{status: http.StatusRequestEntityTooLarge, code: webdriver.ErrInvalidArgument, event: "BAD_REQUEST", level: slog.LevelInfo,
 			msg: fmt.Sprintf("new session request body is larger than %d MiB; send smaller capabilities (large extensions belong on the browser image)", MaxNewSessionBody>>20)}
-	case errors.As(err, &be), errors.Is(err, errClientGone), errors.Is(err, context.Canceled):
+	case errors.As(err, &be):
+		return reply{status: http.StatusBadRequest, code: webdriver.ErrInvalidArgument, event: "BAD_REQUEST", level: slog.LevelInfo,
+			msg: be.Error() + "; the body must arrive whole (check the client's Content-Length or chunked encoding)"}
+	case errors.Is(err, errClientGone), errors.Is(err, context.Canceled):
 		what := "while sending the request"
 		if ce != nil && ce.phase != phaseParse {
 			what = "during the " + string(ce.phase) + " phase; what it held was released"
@@ -153,6 +156,13 @@ func (h *Hub) writeCreateError(w http.ResponseWriter, id string, err error) {
 		logtag.Event(h.log, rep.level, id, rep.event, rep.msg)
 	}
 	if rep.status == 0 {
+		// The client is gone and reads nothing; should its connection be only
+		// half-closed, it reads a W3C error rather than Go's implicit empty 200.
+		msg := rep.msg
+		if msg == "" {
+			msg = "the client went away"
+		}
+		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrSessionNotCreated, "client disconnected: "+msg)
 		return
 	}
 	if rep.retryAfter > 0 {

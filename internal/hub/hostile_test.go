@@ -40,7 +40,7 @@ func TestDeleteAgainstHostileDriver(t *testing.T) {
 // session can be deleted.
 func TestCommandBodyBreaksOff(t *testing.T) {
 	l := hostileLauncher(map[hostile.Phase]hostile.Fault{hostile.PhaseCommand: hostile.BrokenBody})
-	fx := newFixture(t, queue.Options{Limit: 1}, Options{IdleTimeout: 300 * time.Millisecond}, l)
+	fx := newFixture(t, queue.Options{Limit: 1}, Options{IdleTimeout: time.Second}, l)
 	_, body := fx.do("POST", "/session", w3cChrome)
 	id := body["value"].(map[string]any)["sessionId"].(string)
 	resp, err := http.Get(fx.srv.URL + "/session/" + id + "/url")

@@ -15,6 +15,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,6 +84,9 @@ func (o Options) Validate() error {
 		if d.v < 0 {
 			return fmt.Errorf("-%s must be 0 or a positive duration such as 30s (got %v)", d.flag, d.v)
 		}
+	}
+	if o.IdleTimeout > 0 && o.IdleTimeout < time.Second {
+		return fmt.Errorf("-timeout must be 0 (never) or at least 1s: a shorter idle timeout ends sessions between two commands (got %v)", o.IdleTimeout)
 	}
 	if o.RetryCount < 0 {
 		return fmt.Errorf("-retry-count must be at least 1 (got %d)", o.RetryCount)
@@ -174,7 +179,31 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 // ServeHTTP serves every endpoint.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.requests.Add(1)
+	if dotSegment(r.URL.EscapedPath()) {
+		// Never normalised and passed on: /session/A/%2e%2e/%2e%2e/status must not
+		// reach the driver's /status, nor another session's path.
+		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnknownCommand,
+			fmt.Sprintf("%s %s has a \".\" or \"..\" path segment; WebDriver paths have none", r.Method, r.URL.EscapedPath()))
+		return
+	}
 	h.router.ServeHTTP(w, r)
+}
+
+// dotSegment reports whether an escaped path has a segment that is "." or ".."
+// once unescaped.
+func dotSegment(path string) bool {
+	if !strings.Contains(path, ".") && !strings.Contains(path, "%2") {
+		return false
+	}
+	for seg := range strings.SplitSeq(path, "/") {
+		if len(seg) > 9 {
+			continue
+		}
+		if u, err := url.PathUnescape(seg); err == nil && (u == "." || u == "..") || err != nil && (seg == "." || seg == "..") {
+			return true
+		}
+	}
+	return false
 }
 
 // routes is every endpoint. A new side channel of a session (DevTools, VNC,
@@ -183,6 +212,8 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *Hub) routes() *mux.Router {
 	r := mux.NewRouter()
 	r.UseEncodedPath()
+	// No cleaning: mux would answer "//" with an empty 301, even to a POST.
+	r.SkipClean(true)
 	for _, prefix := range []string{"/wd/hub", ""} {
 		sr := r.PathPrefix(prefix).Subrouter()
 		if prefix == "" {
@@ -191,6 +222,8 @@ func (h *Hub) routes() *mux.Router {
 		sr.HandleFunc("/session", h.createSession).Methods(http.MethodPost)
 		sr.HandleFunc("/session", methodNotAllowed)
 		sr.HandleFunc("/session/{id}", h.deleteSession).Methods(http.MethodDelete)
+		// The driver ends its session for this spelling too: so must the hub.
+		sr.HandleFunc("/session/{id}/", h.deleteSession).Methods(http.MethodDelete)
 		sr.HandleFunc("/session/{id}", h.proxyCommand)
 		sr.PathPrefix("/session/{id}/").HandlerFunc(h.proxyCommand)
 	}

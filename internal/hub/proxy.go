@@ -92,7 +92,11 @@ func (h *Hub) forwardDelete(r *http.Request, s *session.Session) (status int, ct
 // sessions.Done); for an unknown session it answers invalid session id, saying
 // why a recently ended one ended.
 func (h *Hub) begin(w http.ResponseWriter, r *http.Request) (*session.Session, bool) {
-	id := mux.Vars(r)["id"]
+	// Routes match the escaped path; the registry holds the driver's id as is.
+	id, err := url.PathUnescape(mux.Vars(r)["id"])
+	if err != nil {
+		id = mux.Vars(r)["id"]
+	}
 	if s, ok := h.sessions.Begin(id); ok {
 		return s, true
 	}

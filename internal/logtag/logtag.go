@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -29,16 +30,39 @@ func Format(id, event string, details ...any) string {
 	var b strings.Builder
 	b.Grow(32 + 16*len(details))
 	b.WriteByte('[')
-	b.WriteString(id)
+	writeEscaped(&b, id)
 	b.WriteString("] [")
 	b.WriteString(event)
 	b.WriteByte(']')
 	for _, d := range details {
 		b.WriteString(" [")
-		fmt.Fprint(&b, d)
+		if s, ok := d.(string); ok {
+			writeEscaped(&b, s)
+		} else {
+			writeEscaped(&b, fmt.Sprint(d))
+		}
 		b.WriteByte(']')
 	}
 	return b.String()
+}
+
+// writeEscaped writes s with control characters (newlines above all) escaped as
+// Go escapes them, so a client-supplied value can never start a log line of its
+// own and forge an event.
+func writeEscaped(b *strings.Builder, s string) {
+	clean := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		b.WriteString(s)
+		return
+	}
+	q := strconv.Quote(s)
+	b.WriteString(q[1 : len(q)-1])
 }
 
 // Handler is a slog.Handler that prints "2006/01/02 15:04:05 message" lines like Go's

@@ -8,6 +8,11 @@ import (
 // DefaultLimit is -limit's default, as in Selenoid.
 const DefaultLimit = 5
 
+// MaxLimit bounds -limit: every session holds a browser and a handful of file
+// descriptors, and a process here may open 20,000 at most, so a larger number
+// is a typo, not a grid.
+const MaxLimit = 10_000
+
 // DefaultRetryAfterMax bounds the Retry-After draw while -queue-timeout is unset:
 // a no-wait refusal still needs a spread-out hint, and a minute keeps a rejected
 // ggr pass short without putting every client on the same second.
@@ -48,8 +53,8 @@ type Options struct {
 // Resolve validates the operator's values and fills in the derived numbers. Errors
 // name the flag and the accepted range, so they can be shown to the operator as they are.
 func (o Options) Resolve() (Options, error) {
-	if o.Limit < 1 {
-		return o, fmt.Errorf("-limit must be a whole number of at least 1 (got %d)", o.Limit)
+	if o.Limit < 1 || o.Limit > MaxLimit {
+		return o, fmt.Errorf("-limit must be a whole number from 1 to %d (got %d)", MaxLimit, o.Limit)
 	}
 	if o.MaxWaiting < 0 {
 		return o, fmt.Errorf("-queue-max must be 0 (unbounded) or a positive number of waiting requests (got %d)", o.MaxWaiting)
@@ -60,6 +65,9 @@ func (o Options) Resolve() (Options, error) {
 	if o.CongestionTimeoutSet {
 		if o.CongestionTimeout < 0 {
 			return o, fmt.Errorf("-queue-congestion-timeout must be 0 (refuse at once when saturated) or a positive duration such as 30s (got %v)", o.CongestionTimeout)
+		}
+		if o.Timeout > 0 && o.CongestionTimeout > o.Timeout {
+			return o, fmt.Errorf("-queue-congestion-timeout %v is longer than -queue-timeout %v: a saturated grid would make requests wait longer than a busy one; give at most %v", o.CongestionTimeout, o.Timeout, o.Timeout)
 		}
 		if o.Timeout == 0 {
 			return o, fmt.Errorf("-queue-congestion-timeout %v needs -queue-timeout: the saturated budget applies only once no admission was fast for longer than -queue-timeout; set -queue-timeout (e.g. 5m) or drop -queue-congestion-timeout", o.CongestionTimeout)

@@ -47,7 +47,7 @@ func TestInvalidOptions(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{Options{Limit: 0}, "-limit must be a whole number of at least 1 (got 0)"},
+		{Options{Limit: 0}, "-limit must be a whole number from 1 to 10000 (got 0)"},
 		{Options{Limit: -3}, "-limit"},
 		{Options{Limit: 1, Timeout: -time.Second}, "-queue-timeout must be 0"},
 		{Options{Limit: 1, Timeout: time.Minute, CongestionTimeout: -time.Second, CongestionTimeoutSet: true}, "-queue-congestion-timeout must be 0"},

@@ -32,7 +32,13 @@ func (e *ArgumentError) Error() string { return e.Msg }
 
 func argErr(format string, a ...any) error { return &ArgumentError{Msg: fmt.Sprintf(format, a...)} }
 
-// ParseNewSession decodes a new-session body. Errors are *ArgumentError.
+// MaxFirstMatch bounds the "firstMatch" entries of one request. Clients send
+// one or a few; each entry is a browser start the hub may try, so thousands are
+// an attack, not a request.
+const MaxFirstMatch = 64
+
+// ParseNewSession decodes a new-session body. Errors are *ArgumentError. Its
+// cost is one decoding of the body: candidates are merged lazily.
 func ParseNewSession(body []byte) (*NewSession, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {
@@ -42,25 +48,33 @@ func ParseNewSession(body []byte) (*NewSession, error) {
 	if raw, ok := top["capabilities"]; ok && string(raw) != "null" {
 		n.W3C = true
 		var c struct {
-			AlwaysMatch map[string]any   `json:"alwaysMatch"`
-			FirstMatch  []map[string]any `json:"firstMatch"`
+			AlwaysMatch map[string]any    `json:"alwaysMatch"`
+			FirstMatch  []json.RawMessage `json:"firstMatch"`
 		}
 		if err := json.Unmarshal(raw, &c); err != nil {
 			return nil, argErr("\"capabilities\" must be an object with an object \"alwaysMatch\" and an array of objects \"firstMatch\": %v", err)
 		}
-		n.AlwaysMatch, n.FirstMatch = c.AlwaysMatch, c.FirstMatch
+		if len(c.FirstMatch) > MaxFirstMatch {
+			return nil, argErr("\"firstMatch\" has %d entries; at most %d are accepted", len(c.FirstMatch), MaxFirstMatch)
+		}
+		n.AlwaysMatch = c.AlwaysMatch
 		if n.AlwaysMatch == nil {
 			n.AlwaysMatch = map[string]any{}
 		}
-		if len(n.FirstMatch) == 0 {
-			n.FirstMatch = []map[string]any{{}}
-		}
-		for i, fm := range n.FirstMatch {
+		for i, raw := range c.FirstMatch {
+			var fm map[string]any
+			if err := json.Unmarshal(raw, &fm); err != nil {
+				return nil, argErr("\"firstMatch\"[%d] must be an object: %v", i, err)
+			}
 			for k := range fm {
 				if _, dup := n.AlwaysMatch[k]; dup {
 					return nil, argErr("capability %q is in both \"alwaysMatch\" and \"firstMatch\"[%d]; W3C allows it in one only", k, i)
 				}
 			}
+			n.FirstMatch = append(n.FirstMatch, fm)
+		}
+		if len(n.FirstMatch) == 0 {
+			n.FirstMatch = []map[string]any{{}}
 		}
 	}
 	if raw, ok := top["desiredCapabilities"]; ok && string(raw) != "null" {
@@ -74,45 +88,107 @@ func ParseNewSession(body []byte) (*NewSession, error) {
 	return n, nil
 }
 
-// Candidate is one set of capabilities the request would accept: alwaysMatch merged
-// with one firstMatch entry (W3C), or desiredCapabilities (JSONWire).
+// Candidate is one set of capabilities the request would accept: alwaysMatch
+// merged with one firstMatch entry (W3C), or desiredCapabilities (JSONWire). The
+// merge is made only when asked for (Caps), for the one candidate chosen.
 type Candidate struct {
-	Caps    map[string]any
 	Browser string
 	Version string
 	Options Options
+
+	always, first map[string]any
 }
+
+// Caps is the candidate's merged capabilities. Each call merges afresh.
+func (c Candidate) Caps() map[string]any {
+	m := make(map[string]any, len(c.always)+len(c.first))
+	maps.Copy(m, c.always)
+	maps.Copy(m, c.first)
+	return m
+}
+
+// lookup finds a capability in the candidate without merging.
+func (c Candidate) lookup(k string) (any, bool) {
+	if v, ok := c.first[k]; ok {
+		return v, true
+	}
+	v, ok := c.always[k]
+	return v, ok
+}
+
+// stringCaps must be strings when present (null counts as absent, as W3C's
+// merging has it).
+var stringCaps = []string{"browserName", "browserVersion", "version", "deviceName", "appium:deviceName", "platformName", "platform"}
 
 // Candidates returns the request's candidates in the order they are to be tried.
+// Vendor options in alwaysMatch are decoded once, not once per candidate.
 func (n *NewSession) Candidates() ([]Candidate, error) {
-	var sets []map[string]any
+	var cands []Candidate
 	if n.W3C {
 		for _, fm := range n.FirstMatch {
-			m := maps.Clone(n.AlwaysMatch)
-			maps.Copy(m, fm)
-			sets = append(sets, m)
+			cands = append(cands, Candidate{always: n.AlwaysMatch, first: fm})
 		}
 	} else {
-		sets = append(sets, n.Desired)
+		cands = []Candidate{{always: n.Desired}}
 	}
-	out := make([]Candidate, 0, len(sets))
-	for _, caps := range sets {
-		c := Candidate{Caps: caps}
-		c.Browser = firstString(caps, "browserName", "deviceName", "appium:deviceName")
-		c.Version = firstString(caps, "browserVersion", "version")
-		var err error
-		if c.Options, err = parseOptions(caps, !n.W3C); err != nil {
-			return nil, err
+	var shared *Options // alwaysMatch's (or desired's) options, decoded once
+	for i := range cands {
+		c := &cands[i]
+		for _, k := range stringCaps {
+			if v, ok := c.lookup(k); ok && v != nil {
+				if _, isString := v.(string); !isString {
+					return nil, argErr("capability %q must be a string (got %s)", k, jsonType(v))
+				}
+			}
 		}
-		out = append(out, c)
+		c.Browser = firstString(c, "browserName", "deviceName", "appium:deviceName")
+		c.Version = firstString(c, "browserVersion", "version")
+		own := false
+		for _, k := range []string{OptionsKey, SelenoidOptionsKey} {
+			if _, ok := c.first[k]; ok {
+				own = true
+			}
+		}
+		if own || shared == nil {
+			src := c.always
+			if own {
+				src = c.first
+			}
+			o, err := parseOptions(src, !n.W3C)
+			if err != nil {
+				return nil, err
+			}
+			if own {
+				c.Options = o
+				continue
+			}
+			shared = &o
+		}
+		c.Options = *shared
 	}
-	return out, nil
+	return cands, nil
 }
 
-func firstString(m map[string]any, keys ...string) string {
+func jsonType(v any) string {
+	switch v.(type) {
+	case float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func firstString(c *Candidate, keys ...string) string {
 	for _, k := range keys {
-		if s, ok := m[k].(string); ok && s != "" {
-			return s
+		if v, ok := c.lookup(k); ok {
+			if s, ok := v.(string); ok && s != "" {
+				return s
+			}
 		}
 	}
 	return ""
@@ -129,6 +205,10 @@ type Options struct {
 	TimeZone         string            `json:"timeZone,omitempty"`
 	EnableVNC        bool              `json:"enableVNC,omitempty"`
 }
+
+// maxSessionTimeout bounds a client's sessionTimeout before -max-timeout caps it,
+// so no value overflows a time.Duration.
+const maxSessionTimeout = 365 * 24 * time.Hour
 
 func parseOptions(caps map[string]any, legacyTopLevel bool) (Options, error) {
 	var src map[string]any
@@ -165,13 +245,13 @@ func parseOptions(caps map[string]any, legacyTopLevel bool) (Options, error) {
 	case nil:
 	case string:
 		d, err := time.ParseDuration(t)
-		if err != nil || d <= 0 {
+		if err != nil || d <= 0 || d > maxSessionTimeout {
 			return o, argErr("%s.sessionTimeout %q must be a positive duration such as \"90s\" or \"5m\"", key, t)
 		}
 		o.SessionTimeout = d
 	case float64:
-		if t <= 0 {
-			return o, argErr("%s.sessionTimeout %v must be positive (seconds)", key, t)
+		if t <= 0 || t > maxSessionTimeout.Seconds() {
+			return o, argErr("%s.sessionTimeout %v must be a number of seconds from 0 to %v", key, t, maxSessionTimeout.Seconds())
 		}
 		o.SessionTimeout = time.Duration(t * float64(time.Second))
 	default:
@@ -216,15 +296,15 @@ var w3cKeys = []string{"browserName", "platformName", "acceptInsecureCerts", "pa
 // W3C always (JSONWire requests are translated), the hub's vendor options and the
 // version (already resolved by the hub, and a driver would compare it to its exact
 // build) removed, and defaults from browsers.json merged under the client's values.
-func DriverBody(c Candidate, w3c bool, defaults map[string]any) []byte {
+func DriverBody(merged map[string]any, w3c bool, defaults map[string]any) []byte {
 	caps := map[string]any{}
-	for k, v := range c.Caps {
+	for k, v := range merged {
 		switch {
 		case k == OptionsKey || k == SelenoidOptionsKey || k == "browserVersion" || k == "version":
 		case w3c || strings.Contains(k, ":") || slices.Contains(w3cKeys, k):
 			caps[k] = v
 		case k == "chromeOptions":
-			if _, ok := c.Caps["goog:chromeOptions"]; !ok {
+			if _, ok := merged["goog:chromeOptions"]; !ok {
 				caps["goog:chromeOptions"] = v
 			}
 		}

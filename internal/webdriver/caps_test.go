@@ -59,11 +59,20 @@ func TestMalformed(t *testing.T) {
 		`[1]`:                                "not a JSON object",
 		`{}`:                                 "neither",
 		`{"capabilities":{"firstMatch":{}}}`: "array of objects",
-		`{"capabilities":{"alwaysMatch":{"a":1},"firstMatch":[{"a":2}]}}`:              `"a" is in both`,
-		`{"capabilities":{"alwaysMatch":{"selenoid:options":"x"}}}`:                    "must be an object",
-		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":"x"}}}}`: "positive duration",
-		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"env":["NOVALUE"]}}}}`:    "NAME=value",
-		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"labels":{"a":1}}}}}`:     "must be a string",
+		`{"capabilities":{"alwaysMatch":{"a":1},"firstMatch":[{"a":2}]}}`:                     `"a" is in both`,
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":"x"}}}`:                           "must be an object",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":"x"}}}}`:        "positive duration",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"env":["NOVALUE"]}}}}`:           "NAME=value",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"labels":{"a":1}}}}}`:            "must be a string",
+		`{"capabilities":{"alwaysMatch":{"browserName":7}}}`:                                  `"browserName" must be a string (got a number)`,
+		`{"capabilities":{"alwaysMatch":{"browserName":["chrome"]}}}`:                         `"browserName" must be a string (got an array)`,
+		`{"capabilities":{"firstMatch":[{"browserVersion":999}]}}`:                            `"browserVersion" must be a string (got a number)`,
+		`{"desiredCapabilities":{"browserName":"chrome","version":128}}`:                      `"version" must be a string`,
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":1e10}}}}`:       "sessionTimeout 1e+10 must be a number of seconds",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":1e300}}}}`:      "must be a number of seconds",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":"9999999h"}}}}`: "positive duration",
+		`{"capabilities":{"firstMatch":[` + strings.Repeat(`{},`, MaxFirstMatch) + `{}]}}`:    "at most 64",
+		`{"capabilities":{"firstMatch":[1]}}`:                                                 `"firstMatch"[0] must be an object`,
 	}
 	for body, want := range cases {
 		n, err := ParseNewSession([]byte(body))
@@ -77,6 +86,18 @@ func TestMalformed(t *testing.T) {
 	}
 }
 
+// null counts as absent, as in W3C's merging.
+func TestNullCapabilities(t *testing.T) {
+	n, err := ParseNewSession([]byte(`{"capabilities":{"alwaysMatch":{"browserName":"chrome","browserVersion":null}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := n.Candidates()
+	if err != nil || cs[0].Browser != "chrome" || cs[0].Version != "" {
+		t.Fatalf("%+v %v", cs, err)
+	}
+}
+
 func TestDriverBodyStripsAndMerges(t *testing.T) {
 	n, _ := ParseNewSession([]byte(`{"capabilities":{"alwaysMatch":{"browserName":"chrome","browserVersion":"128","selenoid:options":{"name":"x"},
 		"goog:chromeOptions":{"args":["--window-size=800,600","--headless"]}}}}`))
@@ -87,7 +108,7 @@ func TestDriverBodyStripsAndMerges(t *testing.T) {
 			AlwaysMatch map[string]any `json:"alwaysMatch"`
 		} `json:"capabilities"`
 	}
-	if err := json.Unmarshal(DriverBody(cs[0], true, defaults), &got); err != nil {
+	if err := json.Unmarshal(DriverBody(cs[0].Caps(), true, defaults), &got); err != nil {
 		t.Fatal(err)
 	}
 	am := got.Capabilities.AlwaysMatch
@@ -105,7 +126,7 @@ func TestDriverBodyStripsAndMerges(t *testing.T) {
 	// JSONWire is translated: legacy keys dropped, chromeOptions renamed.
 	n, _ = ParseNewSession([]byte(`{"desiredCapabilities":{"browserName":"chrome","version":"","platform":"ANY","javascriptEnabled":true,"chromeOptions":{"args":["--headless"]}}}`))
 	cs, _ = n.Candidates()
-	json.Unmarshal(DriverBody(cs[0], false, nil), &got)
+	json.Unmarshal(DriverBody(cs[0].Caps(), false, nil), &got)
 	am = got.Capabilities.AlwaysMatch
 	if _, ok := am["platform"]; ok || am["goog:chromeOptions"] == nil || am["browserName"] != "chrome" {
 		t.Errorf("translated JSONWire caps %v", am)

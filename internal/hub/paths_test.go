@@ -1,0 +1,111 @@
+package hub
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/websummoner/websummoner/internal/queue"
+)
+
+// DELETE /session/{id}/ ends the session in the hub too, not only in the driver.
+func TestDeleteWithTrailingSlash(t *testing.T) {
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	if resp, _ := f.do("DELETE", "/wd/hub/session/"+id+"/", ""); resp.StatusCode != 200 {
+		t.Fatalf("DELETE: %d", resp.StatusCode)
+	}
+	if f.sess.Len() != 0 || f.q.Stats().InUse != 0 {
+		t.Fatal("the session outlived DELETE …/")
+	}
+}
+
+// A driver id with "/", a space and non-ASCII is addressed by its escaped form.
+func TestEscapedSessionID(t *testing.T) {
+	const id = "a/b cü"
+	l := &stubLauncher{wrap: func(http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			switch {
+			case r.Method == "POST" && r.URL.Path == "/session":
+				fmt.Fprintf(w, `{"value":{"sessionId":%q,"capabilities":{}}}`, id)
+			case r.URL.EscapedPath() == "/session/a%2Fb%20c%C3%BC/url":
+				fmt.Fprint(w, `{"value":"forwarded"}`)
+			default:
+				fmt.Fprint(w, `{"value":null}`)
+			}
+		})
+	}}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	_, body := f.do("POST", "/session", w3cChrome)
+	if got := body["value"].(map[string]any)["sessionId"]; got != id {
+		t.Fatalf("id %v", got)
+	}
+	if resp, body := f.do("GET", "/session/a%2Fb%20c%C3%BC/url", ""); resp.StatusCode != 200 || body["value"] != "forwarded" {
+		t.Fatalf("%d %v", resp.StatusCode, body)
+	}
+	if resp, _ := f.do("DELETE", "/session/a%2Fb%20c%C3%BC", ""); resp.StatusCode != 200 || f.sess.Len() != 0 {
+		t.Fatalf("DELETE %d, sessions %d", resp.StatusCode, f.sess.Len())
+	}
+}
+
+// Dot segments, escaped or not, and empty segments are refused with a W3C body,
+// never normalised and passed on, never an empty redirect.
+func TestOddPathsAreRefused(t *testing.T) {
+	l := &stubLauncher{bodies: make(chan []byte, 4)}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	_, body := f.do("POST", "/session", w3cChrome)
+	<-l.bodies
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/session/" + id + "/%2e%2e/%2e%2e/status"},
+		{"GET", "/session/" + id + "/../../status"},
+		{"POST", "/session/" + id + "/%2E/url"},
+		{"POST", "/wd/hub//session"},
+		{"DELETE", "//session/" + id},
+	} {
+		req, _ := http.NewRequest(c.method, f.srv.URL+c.path, strings.NewReader("{}"))
+		req.URL.Opaque = c.path // sent as written, not cleaned by the client
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 404 || !strings.Contains(string(data), `"error":"unknown command"`) {
+			t.Errorf("%s %s: %d %q", c.method, c.path, resp.StatusCode, data)
+		}
+	}
+	if f.sess.Len() != 1 {
+		t.Fatal("an odd path ended the session")
+	}
+}
+
+// A new-session body that breaks off (a short body, then the client half-closes)
+// gets a W3C 400, not an empty 200.
+func TestBodyThatBreaksOff(t *testing.T) {
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(f.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, "POST /session HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"capabilities\":")
+	conn.(*net.TCPConn).CloseWrite()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 400 || !strings.Contains(string(data), `"error":"invalid argument"`) {
+		t.Fatalf("%d %q", resp.StatusCode, data)
+	}
+	if f.l.starts.Load() != 0 || f.q.Stats().InUse != 0 {
+		t.Fatal("a broken body started a browser or took a slot")
+	}
+}
