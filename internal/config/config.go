@@ -46,6 +46,14 @@ type Browser struct {
 	// request reaches the driver (a WebSummoner addition): the place for flags a
 	// browser needs on this host, such as Chromium's --headless --no-sandbox.
 	Caps map[string]any `json:"caps,omitempty"`
+	// ClientEnv names the variables a client's "env" may set besides the default
+	// allow-list (LANG, LANGUAGE, LC_*, TZ); "PREFIX_*" names a family. The
+	// loader and search-path variables stay refused whatever is listed here.
+	ClientEnv []string `json:"clientEnv,omitempty"`
+	// AllowClientBinary lets a client choose what runs: a browser binary, a
+	// launcher or command-prefix argument, a debugger address, a profile
+	// directory. Off: such capabilities are refused (docs/security.md).
+	AllowClientBinary bool `json:"allowClientBinary,omitempty"`
 }
 
 // Image is either a Docker image name or a local command line.

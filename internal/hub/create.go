@@ -157,8 +157,12 @@ func (h *Hub) resolve(c *creation) error {
 }
 
 // check fails at once, before a slot is taken or a request queues, when the
-// launcher knows the start is doomed (engine down, image missing).
+// client asks for what it may not choose, or the launcher knows the start is
+// doomed (engine down, image missing).
 func (h *Hub) check(c *creation) error {
+	if err := launcher.CheckClient(c.browser, c.cand.Options, c.caps); err != nil {
+		return err
+	}
 	ch, ok := c.launcher.(launcher.Checker)
 	if !ok {
 		return nil

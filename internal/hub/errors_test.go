@@ -70,6 +70,10 @@ func createErrorCases() []createErrorCase {
 			status: 500, code: "session not created", msg: "configured versions: 127.0, 128.0", tag: "ENVIRONMENT_NOT_AVAILABLE"},
 		{name: "Docker image under -disable-docker", phase: phaseResolve, body: `{"capabilities":{"alwaysMatch":{"browserName":"firefox"}}}`,
 			status: 500, code: "session not created", msg: "-disable-docker", tag: "ENVIRONMENT_NOT_AVAILABLE"},
+		{name: "client env outside the allow-list", phase: phaseCheck, body: `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"env":["LD_PRELOAD=/tmp/x.so"]}}}}`,
+			status: 400, code: "invalid argument", msg: `env "LD_PRELOAD" may not be set`, tag: "BAD_REQUEST"},
+		{name: "the client chooses the browser binary", phase: phaseCheck, body: `{"capabilities":{"alwaysMatch":{"browserName":"chrome","goog:chromeOptions":{"binary":"/tmp/evil"}}}}`,
+			status: 400, code: "invalid argument", msg: "allowClientBinary", tag: "BAD_REQUEST"},
 		{name: "engine unreachable, found before queueing", phase: phaseCheck, body: chrome,
 			prep: func(t *testing.T, f *fixture) {
 				f.hub.launchers.Process = checkLauncher{f.l, &launcher.StartError{Phase: launcher.PhaseStart, Browser: "chrome 128.0", Engine: true, Down: true, Msg: "the Docker engine is unreachable (injected)"}}

@@ -176,9 +176,12 @@ func Env(r Request) []string {
 	}
 	var out []string
 	at := map[string]int{}
-	for _, layer := range [][]string{r.Options.Env, derived, r.Browser.Env} {
+	for i, layer := range [][]string{r.Options.Env, derived, r.Browser.Env} {
 		for _, kv := range layer {
 			name, _, _ := strings.Cut(kv, "=")
+			if i == 0 && !clientEnvAllowed(r.Browser, name) {
+				continue // refused before queueing (CheckClient); dropped here too
+			}
 			if i, ok := at[name]; ok {
 				out[i] = kv
 				continue

@@ -1,6 +1,7 @@
 package launcher
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +13,7 @@ import (
 // One precedence for every launcher: client env < derived < operator env, each
 // name once.
 func TestEnv(t *testing.T) {
-	r := Request{Browser: config.Resolved{Browser: &config.Browser{Env: []string{"LANG=C", "TZ=UTC"}}},
+	r := Request{Browser: config.Resolved{Browser: &config.Browser{Env: []string{"LANG=C", "TZ=UTC"}, ClientEnv: []string{"FOO"}}},
 		Options: webdriver.Options{Env: []string{"TZ=Asia/Tokyo", "FOO=1", "LANG=de", "SCREEN_RESOLUTION=1x1x1"},
 			TimeZone: "Europe/Paris", ScreenResolution: "1280x1024x24", EnableVNC: true}}
 	got := strings.Join(Env(r), " ")
@@ -44,5 +45,52 @@ func TestOptionsDefaultsAndValidate(t *testing.T) {
 		if err := c.o.Validate(); err == nil || !strings.Contains(err.Error(), c.flag) {
 			t.Errorf("%+v: %v, want an error naming %s", c.o, err, c.flag)
 		}
+	}
+}
+
+// What a client may choose: env from the allow-list (operator-extendable, never
+// a loader or search-path variable), no binary, launcher or profile unless the
+// operator allows it.
+func TestCheckClient(t *testing.T) {
+	b := config.Resolved{Name: "chrome", Version: "128.0", Browser: &config.Browser{ClientEnv: []string{"APP_*", "LD_PRELOAD", "PATH"}}}
+	opts := func(env ...string) webdriver.Options { return webdriver.Options{Env: env} }
+	chrome := func(k string, v any) map[string]any {
+		return map[string]any{"browserName": "chrome", "goog:chromeOptions": map[string]any{k: v}}
+	}
+	for _, c := range []struct {
+		name string
+		o    webdriver.Options
+		caps map[string]any
+		want string // "" = allowed
+	}{
+		{"locale", opts("LANG=de_DE.UTF-8", "LC_ALL=C", "TZ=UTC"), nil, ""},
+		{"operator's family", opts("APP_MODE=test"), nil, ""},
+		{"unlisted", opts("FOO=1"), nil, `env "FOO" may not be set`},
+		{"loader, even listed", opts("LD_PRELOAD=/tmp/x.so"), nil, `env "LD_PRELOAD"`},
+		{"search path, even listed", opts("PATH=/tmp"), nil, `env "PATH"`},
+		{"search path family", opts("PYTHONPATH=/tmp"), nil, `env "PYTHONPATH"`},
+		{"our marker", opts("WEBSUMMONER_PROCESS=x"), nil, `env "WEBSUMMONER_PROCESS"`},
+		{"plain args", webdriver.Options{}, chrome("args", []any{"--headless", "--window-size=800,600"}), ""},
+		{"binary", webdriver.Options{}, chrome("binary", "/tmp/evil"), `"goog:chromeOptions".binary chooses what runs`},
+		{"firefox binary", webdriver.Options{}, map[string]any{"moz:firefoxOptions": map[string]any{"binary": "/x"}}, `"moz:firefoxOptions".binary`},
+		{"command prefix", webdriver.Options{}, chrome("args", []any{"--renderer-cmd-prefix=/tmp/evil"}), `--renderer-cmd-prefix`},
+		{"another profile", webdriver.Options{}, chrome("args", []any{"--user-data-dir=/tmp/other"}), `--user-data-dir`},
+		{"another browser", webdriver.Options{}, chrome("debuggerAddress", "127.0.0.1:9222"), `debuggerAddress`},
+	} {
+		err := CheckClient(b, c.o, c.caps)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+		var ae *webdriver.ArgumentError
+		if err != nil && !errors.As(err, &ae) {
+			t.Errorf("%s: %T is not an ArgumentError", c.name, err)
+		}
+	}
+	b.AllowClientBinary = true
+	if err := CheckClient(b, webdriver.Options{}, chrome("binary", "/opt/chrome")); err != nil {
+		t.Errorf("allowClientBinary: %v", err)
+	}
+	if err := CheckClient(b, opts("LD_PRELOAD=/x"), nil); err == nil {
+		t.Error("allowClientBinary let a loader variable through")
 	}
 }

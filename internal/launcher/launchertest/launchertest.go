@@ -18,25 +18,33 @@ import (
 // not set).
 type EnvCase struct {
 	Name     string
-	Operator []string
-	Options  webdriver.Options
-	Want     map[string]string
+	Operator []string // browsers.json "env"
+	// ClientEnv is browsers.json "clientEnv": what the operator lets clients set.
+	ClientEnv []string
+	Options   webdriver.Options
+	Want      map[string]string
 }
 
 // EnvCases is the env precedence of docs/browsers.md: client env, then what the
 // hub derives from the client's options, then the operator's env.
 func EnvCases() []EnvCase {
 	return []EnvCase{
-		{Name: "client env reaches the driver",
-			Options: webdriver.Options{Env: []string{"WS_FOO=1"}},
-			Want:    map[string]string{"WS_FOO": "1"}},
+		{Name: "client env the operator allows reaches the driver",
+			ClientEnv: []string{"WS_*"},
+			Options:   webdriver.Options{Env: []string{"WS_FOO=1", "LANG=C.UTF-8"}},
+			Want:      map[string]string{"WS_FOO": "1", "LANG": "C.UTF-8"}},
+		{Name: "client env outside the allow-list never reaches the driver",
+			ClientEnv: []string{"LD_PRELOAD", "PYTHONPATH"},
+			Options:   webdriver.Options{Env: []string{"WS_FOO=1", "LD_PRELOAD=/tmp/x.so", "PYTHONPATH=/tmp", "WEBSUMMONER_PROCESS=x"}},
+			Want:      map[string]string{"WS_FOO": "", "LD_PRELOAD": "", "PYTHONPATH": ""}},
 		{Name: "derived values beat the client's env",
 			Options: webdriver.Options{Env: []string{"TZ=Asia/Tokyo", "SCREEN_RESOLUTION=1x1x8"}, TimeZone: "Europe/Paris", ScreenResolution: "1280x1024x24", EnableVNC: true},
 			Want:    map[string]string{"TZ": "Europe/Paris", "SCREEN_RESOLUTION": "1280x1024x24", "ENABLE_VNC": "true"}},
 		{Name: "the operator's env beats the client's",
-			Operator: []string{"LANG=C", "TZ=UTC"},
-			Options:  webdriver.Options{Env: []string{"LANG=de_DE.UTF-8", "WS_BAR=x"}, TimeZone: "Europe/Paris"},
-			Want:     map[string]string{"LANG": "C", "TZ": "UTC", "WS_BAR": "x"}},
+			Operator:  []string{"LANG=C", "TZ=UTC"},
+			ClientEnv: []string{"WS_BAR"},
+			Options:   webdriver.Options{Env: []string{"LANG=de_DE.UTF-8", "WS_BAR=x"}, TimeZone: "Europe/Paris"},
+			Want:      map[string]string{"LANG": "C", "TZ": "UTC", "WS_BAR": "x"}},
 		{Name: "nothing asked, nothing set",
 			Want: map[string]string{"ENABLE_VNC": "", "SCREEN_RESOLUTION": ""}},
 	}
@@ -68,12 +76,13 @@ func DriverStatus(t testing.TB, inst launcher.Instance) (pid int, env map[string
 	return st.Value.PID, env
 }
 
-// RunEnvCases starts one driver per case with start (given the operator's env
-// and the client's options), checks the environment it reports, and stops it.
-func RunEnvCases(t *testing.T, start func(operator []string, o webdriver.Options) (launcher.Instance, error)) {
+// RunEnvCases starts one driver per case with start (which sets the case's
+// browsers.json env and clientEnv and the client's options), checks the
+// environment it reports, and stops it.
+func RunEnvCases(t *testing.T, start func(c EnvCase) (launcher.Instance, error)) {
 	t.Helper()
 	for _, c := range EnvCases() {
-		inst, err := start(c.Operator, c.Options)
+		inst, err := start(c)
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)
 		}

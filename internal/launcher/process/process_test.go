@@ -17,7 +17,6 @@ import (
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/launcher/launchertest"
 	"github.com/websummoner/websummoner/internal/logtest"
-	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
 // These tests run real processes: the repository's stub WebDriver, built once.
@@ -53,11 +52,53 @@ func newLauncher(t *testing.T, opts Options) *Launcher {
 // The shared start-policy table, on real driver processes.
 func TestEnvPrecedence(t *testing.T) {
 	l := newLauncher(t, Options{})
-	launchertest.RunEnvCases(t, func(operator []string, o webdriver.Options) (launcher.Instance, error) {
+	launchertest.RunEnvCases(t, func(c launchertest.EnvCase) (launcher.Instance, error) {
 		r := req()
-		r.Browser.Env, r.Options = operator, o
+		r.Browser.Env, r.Browser.ClientEnv, r.Options = c.Operator, c.ClientEnv, c.Options
 		return l.Start(context.Background(), r)
 	})
+}
+
+// A client's LD_PRELOAD never reaches the driver, even past the hub's check:
+// shown with a real shared object that would write a file from inside it.
+func TestLoaderVariableNeverReachesDriver(t *testing.T) {
+	cc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("no gcc to build the shared object:", err)
+	}
+	dir := t.TempDir()
+	mark := filepath.Join(dir, "ran")
+	src := filepath.Join(dir, "evil.c")
+	so := filepath.Join(dir, "evil.so")
+	code := fmt.Sprintf(`#include <stdio.h>
+__attribute__((constructor)) static void evil(void) { FILE *f = fopen(%q, "w"); if (f) fclose(f); }`, mark)
+	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", so, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	l := newLauncher(t, Options{})
+	r := req()
+	r.Browser.ClientEnv = []string{"LD_PRELOAD"} // even an operator cannot open it
+	r.Options.Env = []string{"LD_PRELOAD=" + so}
+	inst, err := l.Start(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.Stop(context.Background())
+	if _, err := os.Stat(mark); err == nil {
+		t.Fatal("the client's shared object ran inside the driver")
+	}
+	// The same object set by the operator does run: the test can tell.
+	r.Browser.Env = []string{"LD_PRELOAD=" + so}
+	if inst, err = l.Start(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	inst.Stop(context.Background())
+	if _, err := os.Stat(mark); err != nil {
+		t.Fatal("the operator's LD_PRELOAD did not run: this test proves nothing")
+	}
 }
 
 func req(args ...string) launcher.Request {

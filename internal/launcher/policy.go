@@ -1,0 +1,106 @@
+package launcher
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/websummoner/websummoner/internal/config"
+	"github.com/websummoner/websummoner/internal/webdriver"
+)
+
+// defaultClientEnv is what a client's "env" may set with no operator say-so:
+// locale and time zone, which change what a page shows and nothing that runs.
+var defaultClientEnv = []string{"LANG", "LANGUAGE", "LC_*", "TZ"}
+
+// neverClientEnv are variables that choose code the driver, the browser or a
+// helper loads or runs: refused to a client even when the operator's
+// "clientEnv" would admit them.
+var neverClientEnv = []string{
+	"LD_*", "DYLD_*", "*PATH", "*_PRELOAD", "*_OPTIONS", "*OPTS", "*LIB",
+	"BASH_ENV", "ENV", "SHELLOPTS", "PS4", "IFS", "PYTHONSTARTUP", "PYTHONHOME",
+	"GTK_MODULES", "GIO_*", "GST_*", "GCONV_*", "LOCPATH", "NLSPATH", "HOME", "TMPDIR", "XDG_*",
+	"CHROME_*", "GOOGLE_*", "MOZ_*", "WEBSUMMONER_*",
+}
+
+// envMatch reports whether name matches one of patterns ("X_*" a prefix, "*X" a
+// suffix, else exact).
+func envMatch(name string, patterns []string) bool {
+	for _, p := range patterns {
+		switch {
+		case strings.HasSuffix(p, "*") && strings.HasPrefix(name, strings.TrimSuffix(p, "*")):
+			return true
+		case strings.HasPrefix(p, "*") && strings.HasSuffix(name, strings.TrimPrefix(p, "*")):
+			return true
+		case p == name:
+			return true
+		}
+	}
+	return false
+}
+
+// clientEnvAllowed says whether a client may set name for browser b.
+func clientEnvAllowed(b config.Resolved, name string) bool {
+	if envMatch(name, neverClientEnv) {
+		return false
+	}
+	return envMatch(name, defaultClientEnv) || (b.Browser != nil && envMatch(name, b.ClientEnv))
+}
+
+// chooseWhatRuns are chromium arguments that name a program to run, or another
+// browser's state to use.
+var chooseWhatRuns = []string{"--renderer-cmd-prefix", "--utility-cmd-prefix", "--gpu-launcher", "--browser-subprocess-path",
+	"--plugin-launcher", "--ppapi-plugin-launcher", "--nacl-gdb", "--gpu-startup-dialog", "--user-data-dir", "--remote-debugging-pipe"}
+
+// CheckClient refuses, before the request queues, what a client may not
+// choose: an env variable outside the allow-list, or — unless the operator set
+// "allowClientBinary" — a capability that picks the program that runs or
+// another browser's state. The error is a *webdriver.ArgumentError naming it.
+func CheckClient(b config.Resolved, o webdriver.Options, caps map[string]any) error {
+	for _, kv := range o.Env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !clientEnvAllowed(b, name) {
+			return &webdriver.ArgumentError{Msg: fmt.Sprintf("env %q may not be set by a client: only %s%s, and never loader or search-path variables (docs/security.md)",
+				name, strings.Join(defaultClientEnv, ", "), operatorEnv(b))}
+		}
+	}
+	if b.Browser != nil && b.AllowClientBinary {
+		return nil
+	}
+	if what := choosesWhatRuns(caps); what != "" {
+		return &webdriver.ArgumentError{Msg: fmt.Sprintf("%s chooses what runs on the hub's host; %s allows it only with \"allowClientBinary\": true in browsers.json (docs/security.md)", what, b)}
+	}
+	return nil
+}
+
+func operatorEnv(b config.Resolved) string {
+	if b.Browser == nil || len(b.ClientEnv) == 0 {
+		return " (add more with \"clientEnv\" in browsers.json)"
+	}
+	return ", " + strings.Join(b.ClientEnv, ", ")
+}
+
+// choosesWhatRuns names the first capability of caps that picks a program or
+// another browser's state, or returns "".
+func choosesWhatRuns(caps map[string]any) string {
+	for key, v := range caps {
+		opts, ok := v.(map[string]any)
+		if !ok || !strings.Contains(key, ":") || !strings.HasSuffix(strings.ToLower(key), "options") {
+			continue
+		}
+		for _, k := range []string{"binary", "debuggerAddress", "androidPackage", "androidDeviceSerial"} {
+			if _, ok := opts[k]; ok {
+				return fmt.Sprintf("%q.%s", key, k)
+			}
+		}
+		args, _ := opts["args"].([]any)
+		for _, a := range args {
+			s, _ := a.(string)
+			name, _, _ := strings.Cut(strings.TrimLeft(s, "-"), "=")
+			if slices.Contains(chooseWhatRuns, "--"+strings.ToLower(name)) || strings.EqualFold(name, "profile") {
+				return fmt.Sprintf("%q.args %q", key, s)
+			}
+		}
+	}
+	return ""
+}
