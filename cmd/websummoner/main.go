@@ -13,7 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/websummoner/websummoner/internal/capacity"
 	"github.com/websummoner/websummoner/internal/config"
+	"github.com/websummoner/websummoner/internal/httpserver"
 	"github.com/websummoner/websummoner/internal/hub"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/launcher/docker"
@@ -55,6 +55,7 @@ type flagConfig struct {
 	disableDocker, showVersion           bool
 	gracefulPeriod                       time.Duration
 
+	server   httpserver.Options
 	queue    queue.Options
 	gate     capacity.Options
 	hub      hub.Options
@@ -101,6 +102,11 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.BoolVar(&c.disableDocker, "disable-docker", false, "Run browsers as local driver processes (image = command line) and never connect to Docker")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit")
 	fs.DurationVar(&c.gracefulPeriod, "graceful-period", 300*time.Second, "On SIGTERM, how long live sessions may run on before they are ended")
+
+	fs.DurationVar(&c.server.IdleTimeout, "idle-connection-timeout", httpserver.DefaultIdleTimeout, "Close a keep-alive connection with no request for this long (0 = the default)")
+	fs.DurationVar(&c.server.BodyTimeout, "body-read-timeout", httpserver.DefaultBodyTimeout, "A request's body must arrive whole within this long of its headers (0 = the default)")
+	fs.StringVar(&c.server.TLSCert, "tls-cert", "", "Serve HTTPS with this certificate (PEM); needs -tls-key")
+	fs.StringVar(&c.server.TLSKey, "tls-key", "", "The private key of -tls-cert (PEM)")
 
 	fs.IntVar(&c.queue.Limit, "limit", queue.DefaultLimit, "Simultaneous sessions (slots); at least 1")
 	fs.DurationVar(&c.queue.Timeout, "queue-timeout", 0, "Keeping-up wait budget of a queued request; derives the fast threshold and saturated budget (0 = wait until the client gives up)")
@@ -163,6 +169,7 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 type program struct {
 	c          *flagConfig
 	log        *slog.Logger
+	server     *httpserver.Server
 	conf       *config.Store
 	queue      *queue.Queue
 	sessions   *session.Registry
@@ -245,6 +252,9 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	if p.hub, err = hub.New(c.hub, p.queue, p.conf, launchers, p.sessions, p.log, reg); err != nil {
 		return nil, err
 	}
+	if p.server, err = httpserver.New(c.server, p.hub, p.log); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 
@@ -253,12 +263,20 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 // out.
 func (p *program) serve() int {
 	c, log := p.c, p.log
-	// Listen before sweeping: a second hub that cannot bind must touch nothing.
+	// Listen and take the instance's lock before sweeping: a second hub that
+	// cannot bind, or shares this one's -instance, must touch nothing.
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		logtag.Event(log, slog.LevelError, "", "INIT_FAILED", fmt.Sprintf("-listen %s: %v", c.listen, err))
 		return exitConfig
 	}
+	defer ln.Close()
+	lock, err := httpserver.LockInstance(c.launch.Instance)
+	if err != nil {
+		logtag.Event(log, slog.LevelError, "", "INIT_FAILED", err)
+		return exitConfig
+	}
+	defer lock.Release()
 	for _, s := range c.ignored {
 		logtag.Event(log, slog.LevelWarn, "", "FLAG_IGNORED", "-"+s.name, s.why)
 	}
@@ -269,7 +287,7 @@ func (p *program) serve() int {
 		p.containers.Prepare(ctx)
 		go p.containers.Watch(ctx)
 	}
-	srv := &http.Server{Handler: p.hub, ReadHeaderTimeout: 30 * time.Second}
+	srv := p.server
 	logtag.Event(log, slog.LevelInfo, "", "INIT", "websummoner "+version, "listening on "+ln.Addr().String(),
 		p.queue.Options().String(), "start-gate "+capacity.ModeFlag{O: &c.gate}.String(), fmt.Sprintf("browsers %v", p.conf.Browsers().Names()), "instance "+c.launch.Instance)
 	served := make(chan error, 1)
@@ -305,7 +323,7 @@ func (p *program) reload() {
 
 // shutdown drains for -graceful-period (a second signal cuts it short), removes
 // every container of this instance and stops serving.
-func (p *program) shutdown(sig os.Signal, sigs <-chan os.Signal, srv *http.Server) {
+func (p *program) shutdown(sig os.Signal, sigs <-chan os.Signal, srv *httpserver.Server) {
 	logtag.Event(p.log, slog.LevelInfo, "", "SHUTTING_DOWN", sig, fmt.Sprintf("-graceful-period %v", p.c.gracefulPeriod))
 	ctx, cancel := context.WithTimeout(context.Background(), p.c.gracefulPeriod)
 	go func() {

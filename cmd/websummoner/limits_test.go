@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binaries builds the hub and the stub driver once per test.
+func binaries(t *testing.T) (hub, stub, conf string) {
+	t.Helper()
+	dir := t.TempDir()
+	hub, stub = filepath.Join(dir, "websummoner"), filepath.Join(dir, "wdstub")
+	for bin, pkg := range map[string]string{hub: "./", stub: "github.com/websummoner/websummoner/cmd/wdstub"} {
+		if out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	conf = filepath.Join(dir, "browsers.json")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, `{"stub": {"default": "1", "versions": {"1": {"image": [%q]}}}}`, stub), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return hub, stub, conf
+}
+
+// runBinary starts a command and returns its address once it logs [INIT] (or
+// its exit status and log if it exits first).
+type binaryHub struct {
+	cmd  *exec.Cmd
+	addr string
+	log  *strings.Builder
+	done chan error
+}
+
+func startBinary(t *testing.T, name string, args ...string) (*binaryHub, error) {
+	t.Helper()
+	h := &binaryHub{cmd: exec.Command(name, args...), log: &strings.Builder{}, done: make(chan error, 1)}
+	pr, pw := io.Pipe()
+	h.cmd.Stderr = pw
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { h.done <- h.cmd.Wait(); pw.Close() }()
+	t.Cleanup(func() { h.cmd.Process.Kill(); <-h.done })
+	initLine := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			h.log.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "[INIT]") {
+				initLine <- sc.Text()
+			}
+		}
+		close(initLine)
+	}()
+	select {
+	case line, ok := <-initLine:
+		if !ok {
+			return h, fmt.Errorf("exited before [INIT]")
+		}
+		h.addr = regexp.MustCompile(`listening on (\S+)\]`).FindStringSubmatch(line)[1]
+		return h, nil
+	case <-time.After(30 * time.Second):
+		t.Fatal("no [INIT] in 30s")
+	}
+	return h, nil
+}
+
+// Under a descriptor limit of 256 (prlimit), 300 clients that idle or trickle
+// their bodies do not take the hub: /status answers and a queued client is
+// served when a slot frees.
+func TestServedNearTheDescriptorLimit(t *testing.T) {
+	prlimit, err := exec.LookPath("prlimit")
+	if err != nil {
+		t.Skip("no prlimit (util-linux):", err)
+	}
+	hub, _, conf := binaries(t)
+	h, err := startBinary(t, prlimit, "--nofile=256:256", "--", hub, "-disable-docker", "-conf", conf, "-listen", "127.0.0.1:0",
+		"-limit", "1", "-instance", fmt.Sprintf("limits-%d", os.Getpid()))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, h.log)
+	}
+	base := "http://" + h.addr
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Post(base+"/session", "application/json", strings.NewReader(`{"capabilities":{"alwaysMatch":{"browserName":"stub"}}}`))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first session: %v %v", resp, err)
+	}
+	var created struct {
+		Value struct{ SessionID string } `json:"value"`
+	}
+	decodeJSON(t, resp, &created)
+	queued := make(chan int, 1)
+	go func() { // waits for the only slot
+		c := &http.Client{Timeout: time.Minute}
+		r, err := c.Post(base+"/session", "application/json", strings.NewReader(`{"capabilities":{"alwaysMatch":{"browserName":"stub"}}}`))
+		if err != nil {
+			queued <- 0
+			return
+		}
+		r.Body.Close()
+		queued <- r.StatusCode
+	}()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range 300 {
+		c, err := net.Dial("tcp", h.addr)
+		if err != nil {
+			break // the hub's backlog is full: as hostile as it gets
+		}
+		conns = append(conns, c)
+		if i%2 == 0 {
+			fmt.Fprint(c, "GET /ping HTTP/1.1\r\nHost: x\r\n\r\n") // answered, then kept idle
+		} else {
+			fmt.Fprint(c, "POST /session HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{") // trickles
+		}
+	}
+	time.Sleep(1500 * time.Millisecond) // past the second a trickle is spared
+	start := time.Now()
+	var status *http.Response
+	for time.Since(start) < 10*time.Second {
+		if status, err = client.Get(base + "/status"); err == nil {
+			break
+		}
+	}
+	if err != nil || status.StatusCode != 200 {
+		t.Fatalf("/status with 300 idle and slow clients under 256 descriptors: %v %v\n%s", status, err, h.log)
+	}
+	status.Body.Close()
+	t.Logf("/status answered %v after the flood; %d connections were opened", time.Since(start).Round(time.Millisecond), len(conns))
+	req, _ := http.NewRequest("DELETE", base+"/session/"+created.Value.SessionID, nil)
+	if r, err := client.Do(req); err != nil || r.StatusCode != 200 {
+		t.Fatalf("delete: %v %v", r, err)
+	}
+	if code := <-queued; code != 200 {
+		t.Fatalf("the queued client got %d\n%s", code, h.log)
+	}
+	if !strings.Contains(h.log.String(), "[CONNECTIONS_SHED]") {
+		t.Errorf("nothing was shed:\n%s", h.log)
+	}
+}
+
+// A second hub with the same -instance refuses to start and touches nothing:
+// the first one's session keeps working.
+func TestSecondHubOfTheSameInstance(t *testing.T) {
+	hub, _, conf := binaries(t)
+	instance := fmt.Sprintf("twin-%d", os.Getpid())
+	first, err := startBinary(t, hub, "-disable-docker", "-conf", conf, "-listen", "127.0.0.1:0", "-instance", instance)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + first.addr
+	resp, err := http.Post(base+"/session", "application/json", strings.NewReader(`{"capabilities":{"alwaysMatch":{"browserName":"stub"}}}`))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("session: %v %v", resp, err)
+	}
+	var created struct {
+		Value struct{ SessionID string } `json:"value"`
+	}
+	decodeJSON(t, resp, &created)
+	second := exec.Command(hub, "-disable-docker", "-conf", conf, "-listen", "127.0.0.1:0", "-instance", instance)
+	out, err := second.CombinedOutput()
+	var exit *exec.ExitError
+	if !asExit(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), `another hub with -instance "`+instance+`" is running`) {
+		t.Fatalf("second hub: %v\n%s", err, out)
+	}
+	if strings.Contains(string(out), "ORPHANS_REMOVED") {
+		t.Fatal("the second hub swept")
+	}
+	r, err := http.Get(base + "/session/" + created.Value.SessionID + "/url")
+	if err != nil || r.StatusCode != 200 {
+		t.Fatalf("the first hub's session after the second tried: %v %v", r, err)
+	}
+	r.Body.Close()
+	first.cmd.Process.Signal(syscall.SIGTERM)
+	first.cmd.Process.Signal(syscall.SIGTERM)
+}
+
+func decodeJSON(t *testing.T, resp *http.Response, v any) {
+	t.Helper()
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func asExit(err error, target **exec.ExitError) bool { return errors.As(err, target) }

@@ -1,0 +1,293 @@
+// Package httpserver is the hub's HTTP server: it bounds what an idle or slow
+// connection may cost, raises the process's descriptor limit, sheds the
+// connections that do no work when descriptors run short (so /status, /metrics
+// and queued clients keep being served), serves TLS when asked, and holds the
+// per-instance lock that keeps two hubs of one name apart.
+package httpserver
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/websummoner/websummoner/internal/logtag"
+)
+
+// Options configure the server. The zero value works.
+type Options struct {
+	// IdleTimeout is -idle-connection-timeout: a keep-alive connection with no
+	// request for this long is closed. Zero: DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// BodyTimeout is -body-read-timeout: a request's body must arrive whole
+	// within this long of its headers. Zero: DefaultBodyTimeout.
+	BodyTimeout time.Duration
+	// HeaderTimeout bounds reading a request's headers. Zero: 30s.
+	HeaderTimeout time.Duration
+	// TLSCert and TLSKey are -tls-cert and -tls-key: both set serves HTTPS.
+	TLSCert, TLSKey string
+	// FileLimit is the descriptor budget connections are shed against. Zero: the
+	// process's RLIMIT_NOFILE, its soft limit first raised to the hard one.
+	FileLimit int
+	// Reserve is how many descriptors are kept free for work: when fewer are
+	// left, connections that do no work are shed. Zero: 10% of the limit, at
+	// least 16.
+	Reserve int
+}
+
+// Defaults for zero Options.
+const (
+	DefaultIdleTimeout = 2 * time.Minute
+	DefaultBodyTimeout = time.Minute
+)
+
+// Validate says which flag holds a value the server cannot work with.
+func (o Options) Validate() error {
+	switch {
+	case o.IdleTimeout < 0:
+		return fmt.Errorf("-idle-connection-timeout must be a positive duration such as 2m (got %v)", o.IdleTimeout)
+	case o.BodyTimeout < 0:
+		return fmt.Errorf("-body-read-timeout must be a positive duration such as 60s (got %v)", o.BodyTimeout)
+	case (o.TLSCert == "") != (o.TLSKey == ""):
+		return errors.New("-tls-cert and -tls-key go together: give both to serve HTTPS, or neither")
+	}
+	if o.TLSCert != "" {
+		if _, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey); err != nil {
+			return fmt.Errorf("-tls-cert %s / -tls-key %s: %v", o.TLSCert, o.TLSKey, err)
+		}
+	}
+	return nil
+}
+
+// Server serves one handler on one listener.
+type Server struct {
+	opts  Options
+	log   *slog.Logger
+	srv   *http.Server
+	limit int // the descriptor soft limit after raising it
+
+	mu    sync.Mutex
+	conns map[net.Conn]*conn
+}
+
+// conn is what the server knows of one connection.
+type conn struct {
+	c       net.Conn
+	state   http.ConnState
+	since   time.Time // when it entered state
+	reading bool      // a request body is still arriving
+	readAt  time.Time // when that body began
+}
+
+type connKey struct{}
+
+// New returns a server for h; it raises the descriptor soft limit to the hard
+// one first.
+func New(opts Options, h http.Handler, logger *slog.Logger) (*Server, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.IdleTimeout == 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.BodyTimeout == 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
+	}
+	if opts.HeaderTimeout == 0 {
+		opts.HeaderTimeout = 30 * time.Second
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{opts: opts, log: logger, conns: map[net.Conn]*conn{}, limit: RaiseFileLimit()}
+	if opts.FileLimit > 0 {
+		s.limit = min(s.limit, opts.FileLimit)
+	}
+	if s.opts.Reserve == 0 {
+		s.opts.Reserve = max(s.limit/10, 16)
+	}
+	s.srv = &http.Server{
+		Handler:           s.bodyDeadline(h),
+		ReadHeaderTimeout: opts.HeaderTimeout,
+		IdleTimeout:       opts.IdleTimeout,
+		ConnState:         s.track,
+		// ConnContext runs before the StateNew hook: the record is made here.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			info := &conn{c: c, state: http.StateNew, since: time.Now()}
+			s.mu.Lock()
+			s.conns[c] = info
+			s.mu.Unlock()
+			return context.WithValue(ctx, connKey{}, info)
+		},
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
+	}
+	return s, nil
+}
+
+// RaiseFileLimit raises the soft RLIMIT_NOFILE to the hard limit and returns
+// the soft limit in force.
+func RaiseFileLimit() int {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return 1024
+	}
+	if l.Cur < l.Max {
+		raised := l
+		raised.Cur = l.Max
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &raised) == nil {
+			l = raised
+		}
+	}
+	return int(min(l.Cur, 1<<30))
+}
+
+// FileLimit is the descriptor limit the server works within.
+func (s *Server) FileLimit() int { return s.limit }
+
+// Serve serves on ln until Shutdown; TLS when configured.
+func (s *Server) Serve(ln net.Listener) error {
+	var err error
+	if s.opts.TLSCert != "" {
+		err = s.srv.ServeTLS(ln, s.opts.TLSCert, s.opts.TLSKey)
+	} else {
+		err = s.srv.Serve(ln)
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting and waits, until ctx ends, for handlers to finish.
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+func (s *Server) track(c net.Conn, st http.ConnState) {
+	s.mu.Lock()
+	switch st {
+	case http.StateNew:
+		if s.conns[c] == nil {
+			s.conns[c] = &conn{c: c, state: st, since: time.Now()}
+		}
+	case http.StateClosed, http.StateHijacked:
+		delete(s.conns, c)
+	default:
+		if info := s.conns[c]; info != nil {
+			info.state, info.since = st, time.Now()
+		}
+	}
+	n := len(s.conns)
+	s.mu.Unlock()
+	if st == http.StateNew && n >= s.limit-s.opts.Reserve {
+		s.shed()
+	}
+}
+
+// shed closes the connections that do no work, so that descriptors go to those
+// that do: idle keep-alive connections, connections that have sent no complete
+// headers for a second, and requests whose body has trickled for a second.
+// Queued clients, whose bodies are read, and running commands are kept.
+func (s *Server) shed() {
+	now := time.Now()
+	s.mu.Lock()
+	var victims []*conn
+	for _, c := range s.conns {
+		switch {
+		case c.state == http.StateIdle,
+			c.state == http.StateNew && now.Sub(c.since) > time.Second,
+			c.state == http.StateActive && c.reading && now.Sub(c.readAt) > time.Second:
+			victims = append(victims, c)
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(victims, func(i, j int) bool { return victims[i].since.Before(victims[j].since) })
+	for _, c := range victims {
+		_ = c.c.Close()
+	}
+	if len(victims) > 0 {
+		logtag.Event(s.log, slog.LevelWarn, "", "CONNECTIONS_SHED", fmt.Sprintf("%d idle or slow connections closed", len(victims)),
+			fmt.Sprintf("descriptors near the limit of %d", s.limit))
+	}
+}
+
+// bodyDeadline bounds the arrival of each request's body by BodyTimeout, and
+// marks the connection as reading until the body ends, for shed.
+func (s *Server) bodyDeadline(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+			h.ServeHTTP(w, r)
+			return
+		}
+		info, _ := r.Context().Value(connKey{}).(*conn)
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+		s.setReading(info, true)
+		r.Body = &deadlineBody{ReadCloser: r.Body, done: func(whole bool) {
+			s.setReading(info, false)
+			if whole {
+				// Read without a deadline again: the wait that may follow (the
+				// queue) needs the connection watched for the client leaving, not cut.
+				_ = rc.SetReadDeadline(time.Time{})
+			}
+			// Otherwise the deadline stays: the server's discard of what is left
+			// of a broken body must fail fast too.
+		}}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) setReading(c *conn, on bool) {
+	if c == nil {
+		return
+	}
+	s.mu.Lock()
+	c.reading = on
+	if on {
+		c.readAt = time.Now()
+	}
+	s.mu.Unlock()
+}
+
+// deadlineBody calls done once: whole at EOF, not whole on an error or a close
+// before the end.
+type deadlineBody struct {
+	io.ReadCloser
+	done func(whole bool)
+	once sync.Once
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.once.Do(func() { b.done(err == io.EOF) })
+	}
+	return n, err
+}
+
+func (b *deadlineBody) Close() error {
+	b.once.Do(func() { b.done(false) })
+	return b.ReadCloser.Close()
+}
+
+// Lock is the per-instance lock: an abstract unix socket named after the
+// instance, released by the kernel when the process ends, however it ends.
+type Lock struct{ ln net.Listener }
+
+// LockInstance takes the lock of instance, or says which hub holds it.
+func LockInstance(instance string) (*Lock, error) {
+	ln, err := net.Listen("unix", "@websummoner-instance/"+instance)
+	if err != nil {
+		return nil, fmt.Errorf("another hub with -instance %q is running on this host (%v); it would sweep this one's browsers and this one its: give each hub its own -instance", instance, err)
+	}
+	return &Lock{ln: ln}, nil
+}
+
+// Release gives the lock up.
+func (l *Lock) Release() { _ = l.ln.Close() }

@@ -1,0 +1,235 @@
+package httpserver
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// serve runs a server for h on loopback; it is shut down with the test.
+func serve(t *testing.T, opts Options, h http.Handler) (*Server, string) {
+	t.Helper()
+	s, err := New(opts, h, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() { s.srv.Close() })
+	return s, ln.Addr().String()
+}
+
+// echoBody reads the whole body and answers 200, or 400 when it cannot.
+var echoBody = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	if _, err := io.ReadAll(r.Body); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	fmt.Fprint(w, "ok")
+})
+
+// A body sent a byte at a time is cut at -body-read-timeout; a body that
+// arrives in time is served, and the wait after it is not cut.
+func TestBodyReadTimeout(t *testing.T) {
+	waited := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if r.URL.Path == "/wait" { // as a queued request: waits longer than the body timeout
+			time.Sleep(600 * time.Millisecond)
+			close(waited)
+		}
+		fmt.Fprint(w, "ok")
+	})
+	_, addr := serve(t, Options{BodyTimeout: 300 * time.Millisecond}, h)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+	start := time.Now()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err == nil {
+		resp.Body.Close()
+	}
+	if took := time.Since(start); took > 5*time.Second || err == nil && resp.StatusCode != 400 {
+		t.Fatalf("slow body: %v %v after %v", resp, err, took)
+	}
+	r, err := http.Post("http://"+addr+"/wait", "application/json", strings.NewReader(`{"capabilities":{}}`))
+	if err != nil || r.StatusCode != 200 {
+		t.Fatalf("a whole body followed by a long wait: %v %v", r, err)
+	}
+	r.Body.Close()
+	<-waited
+}
+
+// An idle keep-alive connection is closed at -idle-connection-timeout.
+func TestIdleConnectionsAreClosed(t *testing.T) {
+	_, addr := serve(t, Options{IdleTimeout: 200 * time.Millisecond}, echoBody)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("idle connection not closed by the server: %v", err)
+	}
+}
+
+// Near the descriptor limit, idle and trickling connections are shed; a new
+// request is served and a request already waiting (its body read) is kept.
+func TestShedsIdleAndSlowNearTheLimit(t *testing.T) {
+	release := make(chan struct{})
+	var waiting sync.WaitGroup
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			return
+		}
+		if r.URL.Path == "/queued" {
+			waiting.Done()
+			<-release
+		}
+		fmt.Fprint(w, "ok")
+	})
+	s, addr := serve(t, Options{FileLimit: 24, Reserve: 10}, h) // as if the process could open 24
+
+	waiting.Add(1)
+	queued := make(chan error, 1)
+	go func() {
+		r, err := http.Post("http://"+addr+"/queued", "application/json", strings.NewReader("{}"))
+		if err == nil {
+			r.Body.Close()
+		}
+		queued <- err
+	}()
+	waiting.Wait()
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for i := range 24 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		if i%2 == 0 {
+			fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n") // answered, then idle
+		} else {
+			fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{") // trickles
+		}
+	}
+	time.Sleep(1100 * time.Millisecond) // shedding spares the first second of a trickle
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	r, err := client.Get("http://" + addr + "/status")
+	if err != nil || r.StatusCode != 200 {
+		t.Fatalf("/status near the limit: %v %v", r, err)
+	}
+	r.Body.Close()
+	s.mu.Lock()
+	n := len(s.conns)
+	s.mu.Unlock()
+	if n > 3 {
+		t.Fatalf("%d connections left after shedding", n)
+	}
+	close(release)
+	if err := <-queued; err != nil {
+		t.Fatalf("a queued request was shed: %v", err)
+	}
+}
+
+func TestInstanceLock(t *testing.T) {
+	name := fmt.Sprintf("test-%d", os.Getpid())
+	l, err := LockInstance(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LockInstance(name); err == nil || !strings.Contains(err.Error(), "another hub with -instance") {
+		t.Fatalf("second lock: %v", err)
+	}
+	other, err := LockInstance(name + "-other")
+	if err != nil {
+		t.Fatalf("another name: %v", err)
+	}
+	other.Release()
+	l.Release()
+	if l, err = LockInstance(name); err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	l.Release()
+}
+
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	cert, key, pool := selfSigned(t, dir)
+	if _, err := New(Options{TLSCert: cert}, echoBody, nil); err == nil || !strings.Contains(err.Error(), "go together") {
+		t.Fatalf("cert without key: %v", err)
+	}
+	if _, err := New(Options{TLSCert: key, TLSKey: key}, echoBody, nil); err == nil || !strings.Contains(err.Error(), "-tls-cert") {
+		t.Fatalf("bad cert: %v", err)
+	}
+	_, addr := serve(t, Options{TLSCert: cert, TLSKey: key}, echoBody)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	r, err := client.Get("https://" + addr + "/")
+	if err != nil || r.StatusCode != 200 {
+		t.Fatalf("HTTPS: %v %v", r, err)
+	}
+	r.Body.Close()
+}
+
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, _ := x509.MarshalECPrivateKey(k)
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
+	c, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(c)
+	return certFile, keyFile, pool
+}
