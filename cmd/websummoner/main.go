@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/websummoner/websummoner/internal/auth"
 	"github.com/websummoner/websummoner/internal/capacity"
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/httpserver"
@@ -56,6 +58,8 @@ type flagConfig struct {
 	gracefulPeriod                       time.Duration
 
 	server   httpserver.Options
+	auth     auth.Options
+	admins   string
 	queue    queue.Options
 	gate     capacity.Options
 	hub      hub.Options
@@ -108,6 +112,9 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.StringVar(&c.server.TLSCert, "tls-cert", "", "Serve HTTPS with this certificate (PEM); needs -tls-key")
 	fs.StringVar(&c.server.TLSKey, "tls-key", "", "The private key of -tls-cert (PEM)")
 
+	fs.StringVar(&c.auth.File, "htpasswd", "", "Require HTTP basic auth of these users (htpasswd -B file; SIGHUP reloads it); each session belongs to its creator")
+	fs.StringVar(&c.admins, "admin-users", "", "Comma-separated users of -htpasswd who see and may drive every session")
+
 	fs.IntVar(&c.queue.Limit, "limit", queue.DefaultLimit, "Simultaneous sessions (slots); at least 1")
 	fs.DurationVar(&c.queue.Timeout, "queue-timeout", 0, "Keeping-up wait budget of a queued request; derives the fast threshold and saturated budget (0 = wait until the client gives up)")
 	fs.DurationVar(&c.queue.CongestionTimeout, "queue-congestion-timeout", 0, "Saturated wait budget, used as given (default -queue-timeout/10, at least 1s; 0 = refuse at once when saturated)")
@@ -159,6 +166,9 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	c.hub.SessionDeleteTimeout = c.launch.StopTimeout
 	c.process.Options, c.docker.Options = c.launch, c.launch
 	c.process.LogDir = c.logOutputDir
+	if c.admins != "" {
+		c.auth.Admins = strings.Split(c.admins, ",")
+	}
 	if c.gracefulPeriod < 0 {
 		return nil, fmt.Errorf("-graceful-period must be 0 or a positive duration such as 300s (got %v)", c.gracefulPeriod)
 	}
@@ -170,6 +180,7 @@ type program struct {
 	c          *flagConfig
 	log        *slog.Logger
 	server     *httpserver.Server
+	auth       *auth.Store
 	conf       *config.Store
 	queue      *queue.Queue
 	sessions   *session.Registry
@@ -246,6 +257,10 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 		}
 		launchers.Docker = p.containers
 	}
+	if p.auth, err = auth.New(c.auth); err != nil {
+		return nil, err
+	}
+	c.hub.Auth = p.auth
 	c.hub.Version = version
 	c.hub.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	c.hub.Gate = gate
@@ -279,6 +294,9 @@ func (p *program) serve() int {
 	defer lock.Release()
 	for _, s := range c.ignored {
 		logtag.Event(log, slog.LevelWarn, "", "FLAG_IGNORED", "-"+s.name, s.why)
+	}
+	if why := exposure(ln.Addr(), p.auth.Enabled(), c.server.TLSCert != ""); why != "" {
+		logtag.Event(log, slog.LevelWarn, "", "INSECURE", why)
 	}
 	p.procs.Sweep()
 	ctx, stopBackground := context.WithCancel(context.Background())
@@ -314,11 +332,36 @@ func (p *program) serve() int {
 }
 
 func (p *program) reload() {
+	if err := p.auth.Reload(); err != nil {
+		logtag.Event(p.log, slog.LevelWarn, "", "HTPASSWD_RELOAD_FAILED", err, "keeping the previous users")
+	}
 	if err := p.conf.Reload(); err != nil {
 		logtag.Event(p.log, slog.LevelWarn, "", "CONFIG_RELOAD_FAILED", err, "keeping the previous configuration")
 		return
 	}
 	logtag.Event(p.log, slog.LevelInfo, "", "CONFIG_RELOADED", fmt.Sprintf("browsers %v", p.conf.Browsers().Names()))
+}
+
+// exposure says what is unsafe about serving on addr: beyond loopback without
+// authentication anyone who reaches the port drives every browser and reads
+// every session's capabilities; with it but without TLS the passwords cross the
+// network in the clear.
+func exposure(addr net.Addr, authOn, tlsOn bool) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || tcp.IP.IsLoopback() {
+		return ""
+	}
+	where := "every interface"
+	if !tcp.IP.IsUnspecified() {
+		where = tcp.IP.String()
+	}
+	switch {
+	case !authOn:
+		return fmt.Sprintf("listening on %s (%s) without authentication: whoever reaches this port drives every browser and reads every session's capabilities; set -htpasswd, or -listen 127.0.0.1:4444 behind a proxy that authenticates", addr, where)
+	case !tlsOn:
+		return fmt.Sprintf("listening on %s (%s) with basic auth but without TLS: passwords cross the network in the clear; set -tls-cert and -tls-key, or terminate TLS in front", addr, where)
+	}
+	return ""
 }
 
 // shutdown drains for -graceful-period (a second signal cuts it short), removes

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -213,5 +214,28 @@ func TestRunReloadAndShutdown(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("did not exit")
+	}
+}
+
+// Beyond loopback the hub warns: without authentication, or with it but
+// without TLS; on loopback it says nothing.
+func TestExposureWarning(t *testing.T) {
+	addr := func(s string) net.Addr { a, _ := net.ResolveTCPAddr("tcp", s); return a }
+	for _, c := range []struct {
+		addr      string
+		auth, tls bool
+		want      string
+	}{
+		{"127.0.0.1:4444", false, false, ""},
+		{"[::1]:4444", false, false, ""},
+		{"0.0.0.0:4444", false, false, "every interface) without authentication"},
+		{"[::]:4444", false, false, "without authentication"},
+		{"0.0.0.0:4444", true, false, "without TLS"},
+		{"0.0.0.0:4444", true, true, ""},
+	} {
+		got := exposure(addr(c.addr), c.auth, c.tls)
+		if c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {
+			t.Errorf("%s auth=%v tls=%v: %q, want %q", c.addr, c.auth, c.tls, got, c.want)
+		}
 	}
 }

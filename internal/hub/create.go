@@ -250,7 +250,7 @@ func (h *Hub) register(c *creation) error {
 		return errShutDown
 	}
 	s := &session.Session{
-		ID: c.driver.ID, Browser: c.browser.Name, Version: c.browser.Version, Name: c.cand.Options.Name,
+		ID: c.driver.ID, Browser: c.browser.Name, Version: c.browser.Version, Name: c.cand.Options.Name, Owner: userOf(c.r),
 		Caps: c.caps, Started: time.Now(), Instance: c.inst, Idle: h.idleFor(c.cand.Options),
 	}
 	if err := h.sessions.Add(s, c.slot); err != nil {

@@ -63,10 +63,24 @@ type Options struct {
 	Metrics http.Handler
 	// Gate reports the start gate's state for /status. Nil: /status shows none.
 	Gate GateReporter
+	// Auth says who sent a request and who is an operator. Nil: no
+	// authentication; every client may drive every session.
+	Auth Authenticator
 	// Transport carries every request to a driver: new-session calls and proxied
 	// commands. Nil: one transport tuned for many drivers with a few live
 	// connections each. Tests give an in-memory one to run in fake time.
 	Transport http.RoundTripper
+}
+
+// Authenticator says who sent a request (internal/auth implements it).
+type Authenticator interface {
+	// Enabled reports whether clients must authenticate.
+	Enabled() bool
+	// User is the request's authenticated user; false for missing or wrong
+	// credentials.
+	User(r *http.Request) (string, bool)
+	// Admin reports whether user sees and may drive every session.
+	Admin(user string) bool
 }
 
 // GateReporter is the start gate as /status sees it.
@@ -186,7 +200,37 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("%s %s has a \".\" or \"..\" path segment; WebDriver paths have none", r.Method, r.URL.EscapedPath()))
 		return
 	}
+	if h.opts.Auth != nil && h.opts.Auth.Enabled() && !openPaths[r.URL.Path] {
+		user, ok := h.opts.Auth.User(r)
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Basic realm="WebSummoner", charset="UTF-8"`)
+			webdriver.WriteError(w, http.StatusUnauthorized, webdriver.ErrUnknownError,
+				"authentication required: send HTTP basic auth of a user in the hub's -htpasswd (in a RemoteWebDriver URL: http://user:password@host:4444/wd/hub)")
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), userKey{}, user))
+	}
 	h.router.ServeHTTP(w, r)
+}
+
+// openPaths are served without authentication: probes and Prometheus's scrape.
+var openPaths = map[string]bool{"/metrics": true, "/ping": true, "/healthz": true, "/readyz": true}
+
+type userKey struct{}
+
+// userOf is the request's authenticated user ("" with authentication off).
+func userOf(r *http.Request) string {
+	u, _ := r.Context().Value(userKey{}).(string)
+	return u
+}
+
+// sees reports whether the request's user may see and drive s.
+func (h *Hub) sees(r *http.Request, s *session.Session) bool {
+	if h.opts.Auth == nil || !h.opts.Auth.Enabled() {
+		return true
+	}
+	u := userOf(r)
+	return s.Owner == u || h.opts.Auth.Admin(u)
 }
 
 // dotSegment reports whether an escaped path has a segment that is "." or ".."

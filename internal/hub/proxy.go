@@ -98,7 +98,15 @@ func (h *Hub) begin(w http.ResponseWriter, r *http.Request) (*session.Session, b
 		id = mux.Vars(r)["id"]
 	}
 	if s, ok := h.sessions.Begin(id); ok {
-		return s, true
+		if h.sees(r, s) {
+			return s, true
+		}
+		// Another user's session: answered exactly as an unknown one, so its
+		// existence is not told either.
+		h.sessions.Done(s)
+		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidSessionID,
+			fmt.Sprintf("session %s is not known to this hub: it never existed here or ended long ago", id))
+		return nil, false
 	}
 	msg := fmt.Sprintf("session %s is not known to this hub: it never existed here or ended long ago", id)
 	if why, ok := h.sessions.Ended(id); ok {

@@ -9,13 +9,13 @@ import (
 )
 
 // selenoidStatus is GET /status in Selenoid's shape, plus the queue's state.
-func (h *Hub) selenoidStatus(w http.ResponseWriter, _ *http.Request) {
+func (h *Hub) selenoidStatus(w http.ResponseWriter, r *http.Request) {
 	type sess struct {
 		ID        string         `json:"id"`
 		Container string         `json:"container"`
 		Name      string         `json:"name,omitempty"`
 		Started   time.Time      `json:"started"`
-		Caps      map[string]any `json:"caps"`
+		Caps      map[string]any `json:"caps,omitempty"`
 	}
 	type quota struct {
 		Count    int    `json:"count"`
@@ -44,7 +44,13 @@ func (h *Hub) selenoidStatus(w http.ResponseWriter, _ *http.Request) {
 			vs[s.Version]["unknown"] = q
 		}
 		q.Count++
-		q.Sessions = append(q.Sessions, sess{ID: s.ID, Container: s.Instance.Describe(), Name: s.Name, Started: s.Started, Caps: s.Caps})
+		e := sess{ID: s.ID, Container: s.Instance.Describe(), Name: s.Name, Started: s.Started, Caps: s.Caps}
+		if !h.sees(r, s) {
+			// Another user's: counted and listed, but its capabilities (env
+			// secrets, proxy credentials, URLs) are theirs.
+			e.Caps, e.Name = nil, ""
+		}
+		q.Sessions = append(q.Sessions, e)
 	}
 	st := h.queue.Stats()
 	pending := int(h.pending.Load())

@@ -46,10 +46,12 @@ type Releaser interface{ Release() }
 
 // Session is one live session.
 type Session struct {
-	ID       string
-	Browser  string
-	Version  string
-	Name     string
+	ID      string
+	Browser string
+	Version string
+	Name    string
+	// Owner is the authenticated user who created it ("" without authentication).
+	Owner    string
 	Caps     map[string]any
 	Started  time.Time
 	Instance launcher.Instance
