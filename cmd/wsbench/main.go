@@ -18,20 +18,21 @@ import (
 
 func main() {
 	short := flag.Bool("short", false, "run every scenario for seconds (a smoke test)")
-	only := flag.String("scenario", "all", "proxy, churn, waiters, jam, stampede, or all (comma-separated)")
+	only := flag.String("scenario", "all", "proxy, churn, waiters, jam, stampede, soak, or all (comma-separated)")
+	soakFor := flag.Duration("soak", 60*time.Minute, "how long the soak scenario runs (full mode; 2m with -short)")
 	out := flag.String("out", "", "write the JSON results and SVG charts to this directory")
 	churnFor := flag.Duration("churn", 10*time.Minute, "how long the churn scenario runs (full mode)")
 	waiters := flag.Int("waiters", 5000, "waiting requests in the waiters scenario (full mode)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *short, *only, *out, *churnFor, *waiters); err != nil {
+	if err := run(ctx, *short, *only, *out, *churnFor, *waiters, *soakFor); err != nil {
 		fmt.Fprintln(os.Stderr, "wsbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, short bool, only, out string, churnFor time.Duration, waiters int) error {
+func run(ctx context.Context, short bool, only, out string, churnFor time.Duration, waiters int, soakFor time.Duration) error {
 	dir, err := os.MkdirTemp("", "wsbench")
 	if err != nil {
 		return err
@@ -99,6 +100,15 @@ func run(ctx context.Context, short bool, only, out string, churnFor time.Durati
 			if err := bench.JamChart(r, points, filepath.Join(out, "jam.svg")); err != nil {
 				return err
 			}
+		}
+	}
+	if want("soak") {
+		d := soakFor
+		if short {
+			d = 2 * time.Minute
+		}
+		if err := keep(env.Soak(ctx, d)); err != nil {
+			return err
 		}
 	}
 	if want("stampede") {
