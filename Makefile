@@ -3,7 +3,7 @@
 GO ?= go
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build run deps images test unit e2e bench bench-short vet clean
+.PHONY: build run deps images test unit e2e bench bench-short fuzz vet clean
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/websummoner ./cmd/websummoner
@@ -42,7 +42,16 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/... | tee docs/bench/go-bench.txt
 	$(GO) run ./cmd/wsbench -out docs/bench | tee docs/bench/wsbench.txt
 
-# A seconds-long smoke of every benchmark and scenario, so they can't rot.
+# Every fuzz target for FUZZTIME each (their seed corpora run in make test).
+FUZZTIME ?= 5m
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseNewSession$$' -fuzztime $(FUZZTIME) ./internal/webdriver
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/config
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/auth
+	$(GO) test -run '^$$' -fuzz '^FuzzSessionPath$$' -fuzztime $(FUZZTIME) ./internal/hub
+
+# A short run of every benchmark and scenario, so they can't rot: seconds each,
+# and a 2-minute soak against hostile drivers.
 bench-short:
 	$(GO) test -run '^$$' -bench . -benchtime 10x ./internal/...
 	$(GO) run ./cmd/wsbench -short
