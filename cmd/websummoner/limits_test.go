@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,13 +41,31 @@ func binaries(t *testing.T) (hub, stub, conf string) {
 type binaryHub struct {
 	cmd  *exec.Cmd
 	addr string
-	log  *strings.Builder
+	log  *syncLog
 	done chan error
+}
+
+// syncLog is the hub's log, written by the reader goroutine, read by the test.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *syncLog) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.WriteString(line + "\n")
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func startBinary(t *testing.T, name string, args ...string) (*binaryHub, error) {
 	t.Helper()
-	h := &binaryHub{cmd: exec.Command(name, args...), log: &strings.Builder{}, done: make(chan error, 1)}
+	h := &binaryHub{cmd: exec.Command(name, args...), log: &syncLog{}, done: make(chan error, 1)}
 	pr, pw := io.Pipe()
 	h.cmd.Stderr = pw
 	if err := h.cmd.Start(); err != nil {
@@ -58,7 +77,7 @@ func startBinary(t *testing.T, name string, args ...string) (*binaryHub, error) 
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
-			h.log.WriteString(sc.Text() + "\n")
+			h.log.add(sc.Text())
 			if strings.Contains(sc.Text(), "[INIT]") {
 				initLine <- sc.Text()
 			}

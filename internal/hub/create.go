@@ -70,6 +70,12 @@ type creation struct {
 func (h *Hub) createSession(w http.ResponseWriter, r *http.Request) {
 	c := &creation{id: strconv.FormatUint(h.reqIDs.Add(1), 10), w: w, r: r, ctx: r.Context()}
 	logtag.Event(h.log, slog.LevelInfo, c.id, "NEW_REQUEST", r.RemoteAddr)
+	defer func() {
+		if p := recover(); p != nil { // a panic in any phase still gives back what it held
+			h.abandon(c)
+			panic(p)
+		}
+	}()
 	for _, step := range []struct {
 		phase phase
 		run   func(*creation) error
@@ -81,7 +87,11 @@ func (h *Hub) createSession(w http.ResponseWriter, r *http.Request) {
 		{phaseStart, h.start},
 		{phaseRegister, h.register},
 	} {
-		if err := step.run(c); err != nil {
+		err := step.run(c)
+		if err == nil && c.ctx.Err() != nil && step.phase != phaseRegister {
+			err = errClientGone // stop working for a client that has left
+		}
+		if err != nil {
 			h.abandon(c)
 			h.writeCreateError(w, c.id, &createError{phase: step.phase, err: err})
 			return

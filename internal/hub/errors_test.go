@@ -121,6 +121,8 @@ func createErrorCases() []createErrorCase {
 			status: 500, code: "session not created", msg: "answered 502", tag: "SESSION_FAILED"},
 		{name: "the driver's answer has no session id", phase: phaseStart, body: chrome, l: driverAnswers(200, `{"value":{}}`),
 			status: 500, code: "session not created", msg: "no sessionId", tag: "SESSION_FAILED"},
+		{name: "the driver's answer is over 16 MiB", phase: phaseStart, body: chrome, l: driverAnswers(200, `{"value":{"sessionId":"x","capabilities":{"a":"`+strings.Repeat("a", 16<<20)+`"}}}`),
+			status: 500, code: "session not created", msg: "larger than 16 MiB", tag: "SESSION_FAILED"},
 		{name: "the driver took longer than -session-attempt-timeout", phase: phaseStart, body: chrome,
 			hub: Options{SessionAttemptTimeout: 10 * time.Second}, l: func(l *stubLauncher) { l.stub.NewSessionDelay = time.Hour },
 			status: 500, code: "session not created", msg: "within -session-attempt-timeout 10s", tag: "SESSION_FAILED"},

@@ -89,3 +89,15 @@ func TestCommandInFlightWhenSessionEnds(t *testing.T) {
 		t.Fatalf("%d %q %q", a.status, code, msg)
 	}
 }
+
+// A panic in a creation phase (a launcher bug) still gives the slot back.
+func TestPanicInAPhaseReleasesTheSlot(t *testing.T) {
+	l := &stubLauncher{panics: true}
+	fx := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	if _, err := http.Post(fx.srv.URL+"/session", "application/json", strings.NewReader(w3cChrome)); err == nil {
+		t.Fatal("a panicking creation was answered")
+	}
+	if st := fx.q.Stats(); st.InUse != 0 {
+		t.Fatalf("slot leaked by a panic: %+v", st)
+	}
+}

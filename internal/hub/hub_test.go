@@ -47,6 +47,8 @@ type stubLauncher struct {
 	wrap func(http.Handler) http.Handler
 	// startErr, if set, is what every Start returns.
 	startErr error
+	// panics makes Start panic, as a bug would.
+	panics bool
 }
 
 type stubInstance struct {
@@ -72,6 +74,9 @@ func (l *stubLauncher) Start(ctx context.Context, r launcher.Request) (launcher.
 	}
 	if l.startErr != nil {
 		return nil, l.startErr
+	}
+	if l.panics {
+		panic("injected: a launcher bug")
 	}
 	if l.failStarts.Add(-1) >= 0 {
 		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: r.Browser.Name, Msg: "engine said no"}
