@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/websummoner/websummoner/internal/hostile"
+	"github.com/websummoner/websummoner/internal/launcher/process"
 )
 
 // Soak churns sessions at -limit 8 against drivers that misbehave at random
@@ -115,7 +115,8 @@ func (e *Env) Soak(ctx context.Context, d time.Duration) (*Result, error) {
 		}
 	}
 	time.Sleep(time.Second) // let the last stops' goroutines unwind
-	drivers := markedProcesses(fmt.Sprintf("wsbench-%d/", os.Getpid()))
+	prefix := fmt.Sprintf("wsbench-%d/", os.Getpid())
+	drivers := process.MarkedPIDs(func(v string) bool { return strings.HasPrefix(v, prefix) })
 	g1 := metric(mon, hub.url, "go_goroutines")
 	rssEnd := rss(hub.pid())
 	slots := metric(mon, hub.url, "websummoner_queue_slots_in_use")
@@ -145,28 +146,4 @@ func (e *Env) Soak(ctx context.Context, d time.Duration) (*Result, error) {
 		return r, fmt.Errorf("soak left something behind: settled %v, sessions %v, slots %v, drivers %v, goroutines %v → %v", settled, active, slots, drivers, g0, g1)
 	}
 	return r, nil
-}
-
-// markedProcesses lists live processes whose WEBSUMMONER_PROCESS marker starts
-// with prefix: the drivers (and their children) of one hub instance.
-func markedProcesses(prefix string) []string {
-	entries, _ := os.ReadDir("/proc")
-	key := []byte("WEBSUMMONER_PROCESS=" + prefix)
-	var out []string
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !bytes.Contains(env, key) {
-			continue
-		}
-		if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
-			if i := bytes.LastIndexByte(stat, ')'); i > 0 && len(stat) > i+2 && stat[i+2] == 'Z' {
-				continue
-			}
-		}
-		out = append(out, e.Name())
-	}
-	return out
 }

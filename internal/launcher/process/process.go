@@ -335,7 +335,7 @@ func (i *instance) closeLog() {
 func killMarked(match func(string) bool) (found, left int) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		pids := markedPIDs(match)
+		pids := MarkedPIDs(match)
 		if len(pids) == 0 {
 			return found, 0
 		}
@@ -350,7 +350,9 @@ func killMarked(match func(string) bool) (found, left int) {
 	}
 }
 
-func markedPIDs(match func(string) bool) []int {
+// MarkedPIDs lists the live processes whose MarkerEnv value matches: the
+// drivers of a hub instance and every helper they spawned.
+func MarkedPIDs(match func(string) bool) []int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil

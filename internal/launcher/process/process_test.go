@@ -229,7 +229,7 @@ func TestStartupTimeout(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "within -service-startup-timeout 300ms") {
 		t.Fatalf("err = %v", err)
 	}
-	if pids := markedPIDs(func(v string) bool { return strings.HasPrefix(v, l.markerPrefix()) }); len(pids) != 0 {
+	if pids := MarkedPIDs(func(v string) bool { return strings.HasPrefix(v, l.markerPrefix()) }); len(pids) != 0 {
 		t.Fatalf("processes left after a timed-out start: %v", pids)
 	}
 }
@@ -242,7 +242,7 @@ func TestClientGoneDuringStart(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v", err)
 	}
-	if pids := markedPIDs(func(v string) bool { return strings.HasPrefix(v, l.markerPrefix()) }); len(pids) != 0 {
+	if pids := MarkedPIDs(func(v string) bool { return strings.HasPrefix(v, l.markerPrefix()) }); len(pids) != 0 {
 		t.Fatalf("processes left: %v", pids)
 	}
 }
@@ -256,7 +256,7 @@ func TestStopKillsStubbornDriverAndOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	mine := func(v string) bool { return strings.HasPrefix(v, l.markerPrefix()) }
-	if pids := markedPIDs(mine); len(pids) != 2 {
+	if pids := MarkedPIDs(mine); len(pids) != 2 {
 		t.Fatalf("want the driver and its orphan helper, got %v", pids)
 	}
 	t0 := time.Now()
@@ -264,7 +264,7 @@ func TestStopKillsStubbornDriverAndOrphans(t *testing.T) {
 	if took := time.Since(t0); took < 300*time.Millisecond {
 		t.Fatalf("stopped in %v: SIGINT was not ignored?", took)
 	}
-	if pids := markedPIDs(mine); len(pids) != 0 {
+	if pids := MarkedPIDs(mine); len(pids) != 0 {
 		t.Fatalf("left behind: %v", pids)
 	}
 }
