@@ -86,6 +86,13 @@ func TestCheckClient(t *testing.T) {
 			t.Errorf("%s: %T is not an ArgumentError", c.name, err)
 		}
 	}
+	local := config.Resolved{Name: "chrome", Version: "local", Browser: &config.Browser{Image: config.Image{Command: []string{"chromedriver"}}}}
+	if err := CheckClient(local, webdriver.Options{HostsEntries: []string{"a:1.2.3.4"}}, nil); err == nil || !strings.Contains(err.Error(), "hostsEntries cannot apply") {
+		t.Errorf("networking for a local driver: %v", err)
+	}
+	if err := CheckClient(b, webdriver.Options{HostsEntries: []string{"a:1.2.3.4"}}, nil); err != nil {
+		t.Errorf("networking for a container: %v", err)
+	}
 	b.AllowClientBinary = true
 	if err := CheckClient(b, webdriver.Options{}, chrome("binary", "/opt/chrome")); err != nil {
 		t.Errorf("allowClientBinary: %v", err)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -204,6 +205,42 @@ type Options struct {
 	ScreenResolution string            `json:"screenResolution,omitempty"`
 	TimeZone         string            `json:"timeZone,omitempty"`
 	EnableVNC        bool              `json:"enableVNC,omitempty"`
+
+	// Per-session networking (Selenoid's names); containers only.
+	HostsEntries          []string `json:"hostsEntries,omitempty"`          // "host:ip" lines for /etc/hosts
+	DNSServers            []string `json:"dnsServers,omitempty"`            // resolver addresses
+	AdditionalNetworks    []string `json:"additionalNetworks,omitempty"`    // Docker networks to join
+	ApplicationContainers []string `json:"applicationContainers,omitempty"` // containers linked by name
+	ContainerHostname     string   `json:"containerHostname,omitempty"`
+}
+
+// Networking reports the per-session networking the options ask for, by
+// capability name, for a launcher that cannot apply it to refuse.
+func (o Options) Networking() []string {
+	var out []string
+	for name, set := range map[string]bool{"hostsEntries": len(o.HostsEntries) > 0, "dnsServers": len(o.DNSServers) > 0,
+		"additionalNetworks": len(o.AdditionalNetworks) > 0, "applicationContainers": len(o.ApplicationContainers) > 0,
+		"containerHostname": o.ContainerHostname != ""} {
+		if set {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// knownOptions are the vendor options the hub reads; any other key in
+// websummoner:options or selenoid:options is refused rather than ignored.
+var knownOptions = map[string]bool{"name": true, "sessionTimeout": true, "env": true, "labels": true, "screenResolution": true,
+	"timeZone": true, "enableVNC": true, "hostsEntries": true, "dnsServers": true, "additionalNetworks": true,
+	"applicationContainers": true, "containerHostname": true}
+
+// notYetOptions are Selenoid options the hub does not implement yet: false or
+// empty is accepted, anything else refused, saying so.
+var notYetOptions = map[string]string{
+	"enableVideo": "video recording", "videoName": "video recording", "videoScreenSize": "video recording",
+	"videoFrameRate": "video recording", "videoCodec": "video recording", "enableLog": "session logs over HTTP",
+	"logName": "session logs over HTTP", "s3KeyPattern": "S3 upload", "skin": "emulator skins",
 }
 
 // maxSessionTimeout bounds a client's sessionTimeout before -max-timeout caps it,
@@ -229,6 +266,19 @@ func parseOptions(caps map[string]any, legacyTopLevel bool) (Options, error) {
 	var o Options
 	if src == nil {
 		return o, nil
+	}
+	if key != "desiredCapabilities" { // a JSONWire body's top level holds everything else too
+		for k, v := range src {
+			if what, ok := notYetOptions[k]; ok {
+				if v != nil && v != false && v != "" {
+					return o, argErr("%s.%s: %s is not supported by this hub yet (docs/selenoid.md); remove it or set it false", key, k, what)
+				}
+				continue
+			}
+			if !knownOptions[k] {
+				return o, argErr("%s.%s is not an option this hub knows; known: %s (docs/browsers.md)", key, k, strings.Join(slices.Sorted(maps.Keys(knownOptions)), ", "))
+			}
+		}
 	}
 	raw, _ := json.Marshal(src)
 	var aux struct {
@@ -269,6 +319,9 @@ func parseOptions(caps map[string]any, legacyTopLevel bool) (Options, error) {
 			}
 			o.Env = append(o.Env, s)
 		}
+	}
+	if err := checkNetworking(key, o); err != nil {
+		return o, err
 	}
 	if aux.Labels != nil {
 		m, ok := aux.Labels.(map[string]any)
@@ -350,4 +403,28 @@ func Merge(base, over map[string]any) map[string]any {
 		}
 	}
 	return out
+}
+
+// checkNetworking validates the per-session networking options' shapes.
+func checkNetworking(key string, o Options) error {
+	for _, e := range o.HostsEntries {
+		host, ip, ok := strings.Cut(e, ":")
+		if !ok || host == "" || net.ParseIP(ip) == nil {
+			return argErr("%s.hostsEntries entry %q must be \"host:ip\"", key, e)
+		}
+	}
+	for _, d := range o.DNSServers {
+		if net.ParseIP(d) == nil {
+			return argErr("%s.dnsServers entry %q must be an IP address", key, d)
+		}
+	}
+	for _, n := range append(slices.Clone(o.AdditionalNetworks), o.ApplicationContainers...) {
+		if n == "" || strings.ContainsAny(n, " /:") {
+			return argErr("%s: %q is not a Docker network or container name", key, n)
+		}
+	}
+	if h := o.ContainerHostname; h != "" && (len(h) > 63 || strings.Trim(h, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") != "") {
+		return argErr("%s.containerHostname %q must be a host name (letters, digits, '-', '.')", key, h)
+	}
+	return nil
 }

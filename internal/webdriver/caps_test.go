@@ -59,20 +59,27 @@ func TestMalformed(t *testing.T) {
 		`[1]`:                                "not a JSON object",
 		`{}`:                                 "neither",
 		`{"capabilities":{"firstMatch":{}}}`: "array of objects",
-		`{"capabilities":{"alwaysMatch":{"a":1},"firstMatch":[{"a":2}]}}`:                     `"a" is in both`,
-		`{"capabilities":{"alwaysMatch":{"selenoid:options":"x"}}}`:                           "must be an object",
-		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":"x"}}}}`:        "positive duration",
-		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"env":["NOVALUE"]}}}}`:           "NAME=value",
-		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"labels":{"a":1}}}}}`:            "must be a string",
-		`{"capabilities":{"alwaysMatch":{"browserName":7}}}`:                                  `"browserName" must be a string (got a number)`,
-		`{"capabilities":{"alwaysMatch":{"browserName":["chrome"]}}}`:                         `"browserName" must be a string (got an array)`,
-		`{"capabilities":{"firstMatch":[{"browserVersion":999}]}}`:                            `"browserVersion" must be a string (got a number)`,
-		`{"desiredCapabilities":{"browserName":"chrome","version":128}}`:                      `"version" must be a string`,
-		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":1e10}}}}`:       "sessionTimeout 1e+10 must be a number of seconds",
-		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":1e300}}}}`:      "must be a number of seconds",
-		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":"9999999h"}}}}`: "positive duration",
-		`{"capabilities":{"firstMatch":[` + strings.Repeat(`{},`, MaxFirstMatch) + `{}]}}`:    "at most 64",
-		`{"capabilities":{"firstMatch":[1]}}`:                                                 `"firstMatch"[0] must be an object`,
+		`{"capabilities":{"alwaysMatch":{"a":1},"firstMatch":[{"a":2}]}}`:                            `"a" is in both`,
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":"x"}}}`:                                  "must be an object",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":"x"}}}}`:               "positive duration",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"env":["NOVALUE"]}}}}`:                  "NAME=value",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"labels":{"a":1}}}}}`:                   "must be a string",
+		`{"capabilities":{"alwaysMatch":{"browserName":7}}}`:                                         `"browserName" must be a string (got a number)`,
+		`{"capabilities":{"alwaysMatch":{"browserName":["chrome"]}}}`:                                `"browserName" must be a string (got an array)`,
+		`{"capabilities":{"firstMatch":[{"browserVersion":999}]}}`:                                   `"browserVersion" must be a string (got a number)`,
+		`{"desiredCapabilities":{"browserName":"chrome","version":128}}`:                             `"version" must be a string`,
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":1e10}}}}`:              "sessionTimeout 1e+10 must be a number of seconds",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":1e300}}}}`:             "must be a number of seconds",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":"9999999h"}}}}`:        "positive duration",
+		`{"capabilities":{"firstMatch":[` + strings.Repeat(`{},`, MaxFirstMatch) + `{}]}}`:           "at most 64",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"enableVideo":true}}}}`:                 "video recording is not supported by this hub yet",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"enableLog":true,"logName":"x.log"}}}}`: "session logs over HTTP is not supported",
+		`{"capabilities":{"alwaysMatch":{"websummoner:options":{"nmae":"typo"}}}}`:                   "websummoner:options.nmae is not an option this hub knows",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"hostsEntries":["no-ip"]}}}}`:           `hostsEntries entry "no-ip" must be "host:ip"`,
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"dnsServers":["dns.example"]}}}}`:       "must be an IP address",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"additionalNetworks":["a b"]}}}}`:       "not a Docker network or container name",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"containerHostname":"a_b"}}}}`:          "must be a host name",
+		`{"capabilities":{"firstMatch":[1]}}`:                                                        `"firstMatch"[0] must be an object`,
 	}
 	for body, want := range cases {
 		n, err := ParseNewSession([]byte(body))
@@ -83,6 +90,32 @@ func TestMalformed(t *testing.T) {
 		if !errors.As(err, &ae) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err = %v, want an ArgumentError containing %q", body, err, want)
 		}
+	}
+}
+
+// Selenoid's networking options are read; unimplemented ones set false are fine.
+func TestNetworkingOptions(t *testing.T) {
+	n, err := ParseNewSession([]byte(`{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"enableVideo":false,"enableLog":false,
+		"hostsEntries":["a.test:10.0.0.1","b.test:::1"],"dnsServers":["1.1.1.1"],"additionalNetworks":["n1"],"applicationContainers":["db"],"containerHostname":"box-1"}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := n.Candidates()
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := cs[0].Options
+	if len(o.HostsEntries) != 2 || o.DNSServers[0] != "1.1.1.1" || o.AdditionalNetworks[0] != "n1" || o.ApplicationContainers[0] != "db" || o.ContainerHostname != "box-1" {
+		t.Fatalf("%+v", o)
+	}
+	if got := strings.Join(o.Networking(), ","); got != "additionalNetworks,applicationContainers,containerHostname,dnsServers,hostsEntries" {
+		t.Fatalf("Networking() = %s", got)
+	}
+	// A JSONWire body's top level is not checked for unknown keys: it holds everything.
+	if n, err := ParseNewSession([]byte(`{"desiredCapabilities":{"browserName":"chrome","acceptSslCerts":true,"name":"x"}}`)); err != nil {
+		t.Fatal(err)
+	} else if _, err := n.Candidates(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -3,6 +3,7 @@ package docker
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -53,6 +54,7 @@ func (l *Launcher) containerConfig(r launcher.Request, session string, side []na
 	}
 	ports := append([]nat.Port{port}, side...)
 	cfg := &container.Config{
+		Hostname:     o.ContainerHostname,
 		Image:        b.Image.Name,
 		Env:          launcher.Env(r),
 		Labels:       labels,
@@ -62,7 +64,8 @@ func (l *Launcher) containerConfig(r launcher.Request, session string, side []na
 		Binds:           b.Volumes,
 		Tmpfs:           b.Tmpfs,
 		ShmSize:         b.ShmSize,
-		ExtraHosts:      b.Hosts,
+		ExtraHosts:      append(slices.Clone(b.Hosts), o.HostsEntries...),
+		DNS:             o.DNSServers,
 		Sysctls:         b.Sysctl,
 		Privileged:      l.opts.Privileged,
 		PublishAllPorts: b.PublishAllPorts,
@@ -79,6 +82,9 @@ func (l *Launcher) containerConfig(r launcher.Request, session string, side []na
 	}
 	if l.userNetwork() {
 		host.NetworkMode = container.NetworkMode(l.opts.Network)
+	}
+	for _, c := range o.ApplicationContainers {
+		host.Links = append(host.Links, c+":"+c)
 	}
 	return cfg, host, nil
 }

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/errdefs"
 	"github.com/docker/go-connections/nat"
@@ -246,6 +247,12 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 // run starts a created container and waits until its driver answers.
 func (l *Launcher) run(ctx context.Context, inst *instance, r launcher.Request, side []nat.Port) (launcher.Endpoints, error) {
 	var e launcher.Endpoints
+	for _, n := range r.Options.AdditionalNetworks {
+		if err := l.engine.NetworkConnect(ctx, n, inst.id, &network.EndpointSettings{}); err != nil {
+			return e, &launcher.StartError{Phase: launcher.PhaseStart, Browser: r.Browser.String(), Err: err,
+				Msg: fmt.Sprintf("joining additionalNetworks %q: %v (the network must exist on the engine)", n, err)}
+		}
+	}
 	if err := l.engine.ContainerStart(ctx, inst.id, container.StartOptions{}); err != nil {
 		return e, l.startErr(ctx, r.Browser, launcher.PhaseStart, "starting the container", err)
 	}
