@@ -3,6 +3,8 @@
 package e2e
 
 import (
+	"github.com/websummoner/websummoner/internal/wdstub"
+
 	"bufio"
 	"bytes"
 	"encoding/json"
@@ -259,7 +261,7 @@ func browserProcesses() []string {
 
 func pageServer(t *testing.T) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, `<!doctype html><html><head><title>WebSummoner e2e</title></head><body><p id="greeting">Hello from 127.0.0.1</p></body></html>`)
+		fmt.Fprint(w, wdstub.TestPage)
 	}))
 	t.Cleanup(srv.Close)
 	return srv

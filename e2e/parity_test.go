@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -73,4 +74,72 @@ func value(t *testing.T, url string) any {
 		t.Fatalf("%s: %q", url, data)
 	}
 	return v.Value
+}
+
+// runUpload runs testdata/upload.py against a hub and returns what the page read.
+func runUpload(t *testing.T, hubURL, page, content string) string {
+	t.Helper()
+	out, err := exec.Command(python, "testdata/upload.py", hubURL+"/wd/hub", page, content).CombinedOutput()
+	if err != nil {
+		t.Fatalf("upload client: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var r struct{ Read string }
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		t.Fatalf("upload client said %q", out)
+	}
+	return r.Read
+}
+
+// Python Selenium's send_keys of a local file into real Chromium run as a local
+// driver process: the page reads the file's content back.
+func TestFileUploadLocalDriver(t *testing.T) {
+	requireRealParts(t)
+	h := startHub(t, "-limit", "1")
+	page := pageServer(t)
+	const content = "uploaded through WebSummoner: 42"
+	if got := runUpload(t, h.url, page.URL, content); got != content {
+		t.Fatalf("the page read %q, want %q", got, content)
+	}
+	h.stop(t)
+}
+
+// The same upload into the Chromium container: chromedriver inside it receives
+// the file through the hub's /se/file → /file rewrite.
+func TestDockerFileUpload(t *testing.T) {
+	requireRealParts(t)
+	requireDocker(t)
+	d := startDockerHub(t, instanceFor(t), "-limit", "1")
+	const content = "uploaded into a container: 7"
+	cmd := exec.Command(python, "testdata/upload.py", d.url+"/wd/hub", "http://127.0.0.1:8080/", content, "wait")
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	if !sc.Scan() {
+		cmd.Wait()
+		t.Fatal("client printed nothing")
+	}
+	browser := containers(t, d.instance)[0]
+	out, err := exec.Command("docker", "run", "-d", "--rm", "--network", "container:"+browser, stubTag, "-port", "8080", "-serve-page").CombinedOutput()
+	if err != nil {
+		t.Fatalf("page container: %v %s", err, out)
+	}
+	defer exec.Command("docker", "rm", "-f", strings.TrimSpace(string(out))).Run()
+	fmt.Fprintln(stdin, "go")
+	var last string
+	for sc.Scan() {
+		last = sc.Text()
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("client: %v %s", err, last)
+	}
+	var r struct{ Read string }
+	if err := json.Unmarshal([]byte(last), &r); err != nil || r.Read != content {
+		t.Fatalf("the page in the container read %q (%v), want %q", r.Read, err, content)
+	}
+	d.assertClean(t)
 }

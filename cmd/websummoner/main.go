@@ -81,7 +81,7 @@ type selenoidFlag struct {
 }
 
 var ignoredSelenoidFlags = []selenoidFlag{
-	{name: "enable-file-upload", bool: true, why: "file upload is proxied to the driver as any other command"},
+	{name: "enable-file-upload", bool: true, why: "file upload always works (/se/file is rewritten to /file, bounded by -max-upload-size)"},
 	{name: "save-all-logs", bool: true, why: "use -log-output-dir, which keeps every driver log"},
 	{name: "disable-privileged", bool: true, why: "containers are unprivileged by default already"},
 	{name: "log-conf", why: "container log drivers are not configurable yet"},
@@ -126,6 +126,14 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.DurationVar(&c.hub.MaxTimeout, "max-timeout", time.Hour, "Maximum idle timeout a client may ask for with sessionTimeout (0 = no cap)")
 	fs.DurationVar(&c.hub.SessionAttemptTimeout, "session-attempt-timeout", hub.DefaultSessionAttemptTimeout, "How long the driver's new-session call may take, per attempt (0 = the default)")
 	fs.IntVar(&c.hub.RetryCount, "retry-count", 1, "Attempts to start a browser for one new-session request (0 = the default, 1)")
+	fs.Func("max-upload-size", "Largest file upload passed to a driver, e.g. 64m or 1g (Selenium's send_keys of a local file)", func(v string) error {
+		n, err := docker.ParseSize(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%q is not a size such as 64m or 1g", v)
+		}
+		c.hub.MaxUploadSize = n
+		return nil
+	})
 	fs.DurationVar(&c.sessions.MaxLifetime, "max-session-lifetime", 0, "End any session this long after it started, busy or not (0 = never)")
 
 	fs.DurationVar(&c.launch.StartupTimeout, "service-startup-timeout", launcher.DefaultStartupTimeout, "How long a browser's driver may take to answer after it is started (0 = the default)")

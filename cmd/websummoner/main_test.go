@@ -163,7 +163,7 @@ func TestRunReloadAndShutdown(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"[FLAG_IGNORED] [-enable-file-upload] [file upload is proxied", "[FLAG_IGNORED] [-log-conf] [container log drivers"} {
+	for _, want := range []string{"[FLAG_IGNORED] [-enable-file-upload] [file upload always works", "[FLAG_IGNORED] [-log-conf] [container log drivers"} {
 		if line := await("[FLAG_IGNORED]"); !strings.Contains(line, want) {
 			t.Errorf("ignored-flag warning %q, want %q", line, want)
 		}

@@ -261,7 +261,8 @@ func (h *Hub) register(c *creation) error {
 	}
 	s := &session.Session{
 		ID: c.driver.ID, Browser: c.browser.Name, Version: c.browser.Version, Name: c.cand.Options.Name, Owner: userOf(c.r),
-		Caps: c.caps, Started: time.Now(), Instance: c.inst, Idle: h.idleFor(c.cand.Options),
+		Caps: c.caps, Screen: c.cand.Options.ScreenResolution, VNC: c.cand.Options.EnableVNC && c.inst.Endpoints().VNC != nil,
+		Started: time.Now(), Instance: c.inst, Idle: h.idleFor(c.cand.Options),
 	}
 	if err := h.sessions.Add(s, c.slot); err != nil {
 		return err

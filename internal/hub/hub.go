@@ -37,6 +37,7 @@ import (
 const (
 	DefaultSessionAttemptTimeout = 30 * time.Second
 	DefaultSessionDeleteTimeout  = 30 * time.Second
+	DefaultMaxUploadSize         = 64 << 20
 )
 
 // Options configure the hub. The zero value works: every field's zero value is
@@ -57,6 +58,9 @@ type Options struct {
 	// RetryCount is -retry-count: attempts to start a browser for one request.
 	// Zero: 1.
 	RetryCount int
+	// MaxUploadSize is -max-upload-size: the largest file upload (Selenium's
+	// /se/file or /file body) passed to a driver. Zero: DefaultMaxUploadSize.
+	MaxUploadSize int64
 	// Version is reported by /ping and /status. Empty: "dev".
 	Version string
 	// Metrics serves /metrics. Nil: /metrics answers 404.
@@ -105,6 +109,9 @@ func (o Options) Validate() error {
 	if o.RetryCount < 0 {
 		return fmt.Errorf("-retry-count must be at least 1 (got %d)", o.RetryCount)
 	}
+	if o.MaxUploadSize < 0 {
+		return fmt.Errorf("-max-upload-size must be a positive number of MiB (got %d bytes)", o.MaxUploadSize)
+	}
 	return nil
 }
 
@@ -117,6 +124,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RetryCount == 0 {
 		o.RetryCount = 1
+	}
+	if o.MaxUploadSize == 0 {
+		o.MaxUploadSize = DefaultMaxUploadSize
 	}
 	if o.Version == "" {
 		o.Version = "dev"
@@ -276,6 +286,9 @@ func (h *Hub) routes() *mux.Router {
 	r.HandleFunc("/ping", h.ping).Methods(http.MethodGet)
 	r.HandleFunc("/healthz", h.healthz).Methods(http.MethodGet)
 	r.HandleFunc("/readyz", h.readyz).Methods(http.MethodGet)
+	r.HandleFunc("/", h.welcome).Methods(http.MethodGet)
+	r.HandleFunc("/welcome", h.welcome).Methods(http.MethodGet)
+	r.HandleFunc("/error", h.errorPage)
 	if h.opts.Metrics != nil {
 		r.Handle("/metrics", h.opts.Metrics)
 	}

@@ -414,7 +414,7 @@ func TestCrashedBrowserGivesInvalidSessionID(t *testing.T) {
 
 func TestStatusEndpoints(t *testing.T) {
 	f := newFixture(t, queue.Options{Limit: 2, Timeout: time.Minute}, Options{Version: "v-test"}, &stubLauncher{})
-	_, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"name":"my test"}}}}`)
+	_, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"name":"my test","screenResolution":"1280x1024x24","enableVNC":true}}}}`)
 	id := body["value"].(map[string]any)["sessionId"].(string)
 
 	_, st := f.do("GET", "/status", "")
@@ -429,6 +429,28 @@ func TestStatusEndpoints(t *testing.T) {
 	sess := q["sessions"].([]any)[0].(map[string]any)
 	if q["count"] != 1.0 || sess["id"] != id || sess["name"] != "my test" {
 		t.Fatalf("sessions %v", q)
+	}
+	// Selenoid's entry, as selenoid-ui reads it; the stub serves no VNC.
+	caps := sess["caps"].(map[string]any)
+	if sess["vnc"] != false || sess["screen"] != "1280x1024x24" || caps["name"] != "my test" || caps["version"] != "128.0" ||
+		caps["browserName"] != "chrome" || caps["screenResolution"] != "1280x1024x24" || caps["enableVideo"] != false {
+		t.Fatalf("Selenoid's session entry: %v", sess)
+	}
+	for _, p := range []string{"/", "/welcome"} {
+		resp, err := http.Get(f.srv.URL + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.HasPrefix(string(text), "You are using WebSummoner v-test") {
+			t.Fatalf("%s: %d %q", p, resp.StatusCode, text)
+		}
+	}
+	if resp, body := f.do("GET", "/error", ""); resp.StatusCode != 404 {
+		t.Fatalf("/error: %d %v", resp.StatusCode, body)
+	} else if code, _ := errOf(body); code != "invalid session id" {
+		t.Fatalf("/error: %v", body)
 	}
 	if qs := st["queue"].(map[string]any); qs["congested"] != false || qs["timeoutSeconds"] != 60.0 {
 		t.Fatalf("queue state %v", qs)

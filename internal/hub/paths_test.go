@@ -109,3 +109,48 @@ func TestBodyThatBreaksOff(t *testing.T) {
 		t.Fatal("a broken body started a browser or took a slot")
 	}
 }
+
+// Selenium 4's /se/file reaches the driver as /file (both prefixes); /file
+// stays; an upload over -max-upload-size is 413, whether it says its length or not.
+func TestFileUploadPaths(t *testing.T) {
+	seen := make(chan string, 8)
+	l := &stubLauncher{wrap: func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.Contains(r.URL.Path, "file") {
+				io.Copy(io.Discard, r.Body)
+				seen <- r.Method + " " + r.URL.Path
+			}
+			h.ServeHTTP(w, r)
+		})
+	}}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{MaxUploadSize: 1 << 20}, l)
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	for _, p := range []string{"/wd/hub/session/" + id + "/se/file", "/session/" + id + "/se/file", "/session/" + id + "/file"} {
+		if resp, _ := f.do("POST", p, `{"file":"UEsDBA=="}`); resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", p, resp.StatusCode)
+		}
+		if got := <-seen; got != "POST /session/"+id+"/file" {
+			t.Errorf("%s reached the driver as %s", p, got)
+		}
+	}
+	big := `{"file":"` + strings.Repeat("A", 2<<20) + `"}`
+	resp, body := f.do("POST", "/session/"+id+"/se/file", big)
+	if code, msg := errOf(body); resp.StatusCode != 413 || code != "invalid argument" || !strings.Contains(msg, "-max-upload-size 1 MiB") {
+		t.Fatalf("declared length: %d %q %q", resp.StatusCode, code, msg)
+	}
+	req, _ := http.NewRequest("POST", f.srv.URL+"/session/"+id+"/se/file", io.MultiReader(strings.NewReader(big))) // no length: chunked
+	req.ContentLength = -1
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != 413 || !strings.Contains(string(data), "-max-upload-size") {
+		t.Fatalf("chunked: %d %q", r.StatusCode, data)
+	}
+	if f.sess.Len() != 1 {
+		t.Fatal("a refused upload ended the session")
+	}
+}

@@ -28,7 +28,24 @@ func (h *Hub) proxyCommand(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer h.sessions.Done(s)
+	if isUpload(r) {
+		if r.ContentLength > h.opts.MaxUploadSize {
+			webdriver.WriteError(w, http.StatusRequestEntityTooLarge, webdriver.ErrInvalidArgument, h.uploadTooLarge())
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, h.opts.MaxUploadSize)
+	}
 	h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, s)))
+}
+
+// isUpload reports a file upload: Selenium 4's /se/file or the legacy /file.
+func isUpload(r *http.Request) bool {
+	p := r.URL.Path
+	return r.Method == http.MethodPost && (strings.HasSuffix(p, "/se/file") || strings.HasSuffix(p, "/file"))
+}
+
+func (h *Hub) uploadTooLarge() string {
+	return fmt.Sprintf("the file upload is larger than -max-upload-size %d MiB; send a smaller file or raise the limit", h.opts.MaxUploadSize>>20)
 }
 
 // maxDeleteAnswer bounds the driver's answer to DELETE that is passed on; a
@@ -125,6 +142,11 @@ func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 	if i := strings.Index(path, "/session/"); i >= 0 {
 		path = path[i:]
 	}
+	if strings.HasSuffix(path, "/se/file") && pr.In.Method == http.MethodPost {
+		// Selenium 4 uploads to /se/file, which chromedriver does not know; its
+		// /file takes the same body (as Selenoid rewrites it).
+		path = strings.TrimSuffix(path, "/se/file") + "/file"
+	}
 	out := *base
 	out.RawPath = strings.TrimSuffix(base.EscapedPath(), "/") + path
 	if p, err := url.PathUnescape(out.RawPath); err == nil {
@@ -141,6 +163,11 @@ func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 func (h *Hub) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	s := r.Context().Value(sessionKey{}).(*session.Session)
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+		return
+	}
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		webdriver.WriteError(w, http.StatusRequestEntityTooLarge, webdriver.ErrInvalidArgument, h.uploadTooLarge())
 		return
 	}
 	select {

@@ -1,19 +1,24 @@
 package hub
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/session"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
 // selenoidStatus is GET /status in Selenoid's shape, plus the queue's state.
 func (h *Hub) selenoidStatus(w http.ResponseWriter, r *http.Request) {
+	// Selenoid's session entry, which selenoid-ui reads.
 	type sess struct {
 		ID        string         `json:"id"`
 		Container string         `json:"container"`
 		Name      string         `json:"name,omitempty"`
+		VNC       bool           `json:"vnc"`
+		Screen    string         `json:"screen"`
 		Started   time.Time      `json:"started"`
 		Caps      map[string]any `json:"caps,omitempty"`
 	}
@@ -44,7 +49,7 @@ func (h *Hub) selenoidStatus(w http.ResponseWriter, r *http.Request) {
 			vs[s.Version]["unknown"] = q
 		}
 		q.Count++
-		e := sess{ID: s.ID, Container: s.Instance.Describe(), Name: s.Name, Started: s.Started, Caps: s.Caps}
+		e := sess{ID: s.ID, Container: s.Instance.Describe(), Name: s.Name, VNC: s.VNC, Screen: s.Screen, Started: s.Started, Caps: selenoidCaps(s)}
 		if !h.sees(r, s) {
 			// Another user's: counted and listed, but its capabilities (env
 			// secrets, proxy credentials, URLs) are theirs.
@@ -128,4 +133,33 @@ func (h *Hub) gateStats() any {
 		return nil
 	}
 	return h.opts.Gate.Stats()
+}
+
+// selenoidCaps is a session's capabilities as Selenoid's /status shows them:
+// the client's, with Selenoid's flat fields (name, version, screenResolution,
+// enableVNC, enableVideo) added where the client did not set them.
+func selenoidCaps(s *session.Session) map[string]any {
+	out := make(map[string]any, len(s.Caps)+6)
+	for k, v := range s.Caps {
+		out[k] = v
+	}
+	for k, v := range map[string]any{"browserName": s.Browser, "version": s.Version, "name": s.Name,
+		"screenResolution": s.Screen, "enableVNC": s.VNC, "enableVideo": false} {
+		if _, set := out[k]; !set {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// welcome is Selenoid's answer to "/": a line saying what serves here.
+func (h *Hub) welcome(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintf(w, "You are using WebSummoner %s!\n", h.opts.Version)
+}
+
+// errorPage is Selenoid's /error: where ggr and selenoid-ui send a session that
+// is gone.
+func (h *Hub) errorPage(w http.ResponseWriter, _ *http.Request) {
+	webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidSessionID, "session timed out or not found")
 }

@@ -51,8 +51,13 @@ type Session struct {
 	Version string
 	Name    string
 	// Owner is the authenticated user who created it ("" without authentication).
-	Owner    string
-	Caps     map[string]any
+	Owner string
+	Caps  map[string]any
+	// Screen is the screen resolution asked for ("" = the image's default).
+	Screen string
+	// VNC says the session's screen can be watched (enableVNC, and the image
+	// serves VNC).
+	VNC      bool
 	Started  time.Time
 	Instance launcher.Instance
 	// Idle is this session's idle timeout (-timeout, or its sessionTimeout).

@@ -15,8 +15,13 @@ import (
 	"time"
 )
 
-// TestPage is the page the end-to-end tests open in a real browser.
-const TestPage = `<!doctype html><html><head><title>WebSummoner e2e</title></head><body><p id="greeting">Hello from 127.0.0.1</p></body></html>`
+// TestPage is the page the end-to-end tests open in a real browser: a greeting,
+// and a file input whose chosen file the page reads back into #upload.
+const TestPage = `<!doctype html><html><head><title>WebSummoner e2e</title></head><body><p id="greeting">Hello from 127.0.0.1</p>
+<input type="file" id="file"><pre id="upload"></pre>
+<script>document.getElementById("file").addEventListener("change", e => {
+  const r = new FileReader(); r.onload = () => { document.getElementById("upload").textContent = r.result; };
+  r.readAsText(e.target.files[0]); });</script></body></html>`
 
 // Options shape the stub's behaviour, for fault injection.
 type Options struct {

@@ -105,6 +105,9 @@ func portOf(b *config.Browser) string {
 	return "4444"
 }
 
+// ParseSize reads Selenoid's sizes, as -mem takes them: 128m, 1g, 512k, or bytes.
+func ParseSize(s string) (int64, error) { return parseMem(s) }
+
 // parseMem reads Selenoid's memory sizes: 128m, 1g, 512k, or bytes.
 func parseMem(s string) (int64, error) {
 	if s == "" {
