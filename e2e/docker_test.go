@@ -132,6 +132,7 @@ func (d *dockerHub) assertClean(t *testing.T) {
 type wdResponse struct {
 	status int
 	header http.Header
+	caps   map[string]any // value.capabilities of a new-session answer
 	Value  struct {
 		SessionID string `json:"sessionId"`
 		Error     string `json:"error"`
@@ -153,7 +154,28 @@ func call(t *testing.T, method, url, body string) wdResponse {
 		t.Fatalf("%s %s: %d non-JSON %q", method, url, resp.StatusCode, data)
 	}
 	r.status, r.header = resp.StatusCode, resp.Header
+	var c struct {
+		Value struct {
+			Capabilities map[string]any `json:"capabilities"`
+		} `json:"value"`
+	}
+	if json.Unmarshal(data, &c) == nil {
+		r.caps = c.Value.Capabilities
+	}
 	return r
+}
+
+// rawCall is call's body, undecoded.
+func rawCall(t *testing.T, method, url, body string) []byte {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	return data
 }
 
 func newSession(t *testing.T, d *dockerHub, browser string) wdResponse {

@@ -62,6 +62,7 @@ type creation struct {
 	inst     launcher.Instance
 	// registered: the registry owns inst and slot now.
 	registered bool
+	session    *session.Session
 	driver     webdriver.DriverSession
 	took       time.Duration
 }
@@ -99,7 +100,7 @@ func (h *Hub) createSession(w http.ResponseWriter, r *http.Request) {
 	}
 	logtag.Event(h.log, slog.LevelInfo, c.id, "SESSION_CREATED", c.driver.ID, c.browser, c.inst.Describe(),
 		fmt.Sprintf("%.3fs", c.took.Seconds()))
-	writeJSON(w, http.StatusOK, webdriver.SessionAnswer(c.ns.W3C, c.driver.ID, c.driver.Caps))
+	writeJSON(w, http.StatusOK, webdriver.SessionAnswer(c.ns.W3C, c.driver.ID, h.sideChannelCaps(r, c.session, c.driver.Caps)))
 }
 
 // abandon stops what a failed creation started and gives back its slot.
@@ -264,11 +265,13 @@ func (h *Hub) register(c *creation) error {
 		Caps: c.caps, Screen: c.cand.Options.ScreenResolution, VNC: c.cand.Options.EnableVNC && c.inst.Endpoints().VNC != nil,
 		Started: time.Now(), Instance: c.inst, Idle: h.idleFor(c.cand.Options),
 	}
+	// Before Add: the registry takes the instance's endpoints as they are then.
+	c.inst.SessionCreated(c.driver.ID, c.driver.Caps)
+	s.BiDiPath = bidiPath(c.driver.Caps)
 	if err := h.sessions.Add(s, c.slot); err != nil {
 		return err
 	}
-	c.registered = true
-	c.inst.SessionCreated(c.driver.ID)
+	c.registered, c.session = true, s
 	h.m.created.Inc()
 	if c.ctx.Err() != nil {
 		// Created after the client left: nobody will ever delete it. The

@@ -278,9 +278,12 @@ func (h *Hub) routes() *mux.Router {
 		sr.HandleFunc("/session/{id}", h.deleteSession).Methods(http.MethodDelete)
 		// The driver ends its session for this spelling too: so must the hub.
 		sr.HandleFunc("/session/{id}/", h.deleteSession).Methods(http.MethodDelete)
+		sr.HandleFunc("/session/{id}/se/bidi", h.bidi)
 		sr.HandleFunc("/session/{id}", h.proxyCommand)
 		sr.PathPrefix("/session/{id}/").HandlerFunc(h.proxyCommand)
 	}
+	r.HandleFunc("/devtools/{id}", h.devtools)
+	r.HandleFunc("/devtools/{id}/{rest:.*}", h.devtools)
 	r.HandleFunc("/wd/hub/status", h.w3cStatus).Methods(http.MethodGet)
 	r.HandleFunc("/status", h.selenoidStatus).Methods(http.MethodGet)
 	r.HandleFunc("/ping", h.ping).Methods(http.MethodGet)

@@ -121,10 +121,10 @@ func (i *stubInstance) Endpoints() launcher.Endpoints {
 	u, _ := url.Parse(i.url + "/")
 	return launcher.Endpoints{Driver: u}
 }
-func (i *stubInstance) Exited() <-chan struct{} { return i.exited }
-func (i *stubInstance) ExitReason() string      { return "driver process ended: signal: killed" }
-func (i *stubInstance) Describe() string        { return "stub " + i.url }
-func (i *stubInstance) SessionCreated(string)   {}
+func (i *stubInstance) Exited() <-chan struct{}                { return i.exited }
+func (i *stubInstance) ExitReason() string                     { return "driver process ended: signal: killed" }
+func (i *stubInstance) Describe() string                       { return "stub " + i.url }
+func (i *stubInstance) SessionCreated(string, json.RawMessage) {}
 func (i *stubInstance) close() {
 	if i.srv != nil {
 		i.srv.CloseClientConnections()

@@ -5,6 +5,7 @@ package launcher
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -54,9 +55,11 @@ type Instance interface {
 	ExitReason() string
 	// Describe names the instance for /status and logs: a container id, a pid.
 	Describe() string
-	// SessionCreated tells the instance the driver's session id once the session
-	// exists, so that what it keeps per session (a log file) carries the id.
-	SessionCreated(id string)
+	// SessionCreated tells the instance the driver's session id and the
+	// capabilities it answered with, once the session exists: what it keeps per
+	// session (a log file) takes the id, and a side service the driver reports
+	// (a local browser's DevTools address) joins Endpoints.
+	SessionCreated(id string, caps json.RawMessage)
 	// Stop ends the browser and frees everything it held; it is safe to call once
 	// the instance has exited, and more than once (later calls return the first
 	// call's error). The error says what could not be freed.

@@ -57,7 +57,10 @@ type Session struct {
 	Screen string
 	// VNC says the session's screen can be watched (enableVNC, and the image
 	// serves VNC).
-	VNC      bool
+	VNC bool
+	// BiDiPath is the path of the driver's WebDriver BiDi socket on its own port,
+	// when the client asked for webSocketUrl; "" otherwise.
+	BiDiPath string
 	Started  time.Time
 	Instance launcher.Instance
 	// Idle is this session's idle timeout (-timeout, or its sessionTimeout).

@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -28,12 +29,12 @@ func newFake() *fakeInstance { return &fakeInstance{exited: make(chan struct{})}
 func (f *fakeInstance) Endpoints() launcher.Endpoints {
 	return launcher.Endpoints{Driver: &url.URL{Scheme: "http", Host: "127.0.0.1:1"}}
 }
-func (f *fakeInstance) SessionCreated(string)      {}
-func (f *fakeInstance) Exited() <-chan struct{}    { return f.exited }
-func (f *fakeInstance) ExitReason() string         { return "driver process ended: signal: killed" }
-func (f *fakeInstance) Describe() string           { return "fake" }
-func (f *fakeInstance) Stop(context.Context) error { f.stops.Add(1); return nil }
-func (f *fakeInstance) crash()                     { f.once.Do(func() { close(f.exited) }) }
+func (f *fakeInstance) SessionCreated(string, json.RawMessage) {}
+func (f *fakeInstance) Exited() <-chan struct{}                { return f.exited }
+func (f *fakeInstance) ExitReason() string                     { return "driver process ended: signal: killed" }
+func (f *fakeInstance) Describe() string                       { return "fake" }
+func (f *fakeInstance) Stop(context.Context) error             { f.stops.Add(1); return nil }
+func (f *fakeInstance) crash()                                 { f.once.Do(func() { close(f.exited) }) }
 
 type countingSlot struct{ n atomic.Int32 }
 

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 
 	"github.com/websummoner/websummoner/internal/launcher"
@@ -34,8 +35,9 @@ func (i *instance) Endpoints() launcher.Endpoints { return i.endpoints }
 func (i *instance) Exited() <-chan struct{}       { return i.exited }
 func (i *instance) Describe() string              { return shortID(i.id) }
 
-// SessionCreated needs nothing: the container is labelled at creation.
-func (i *instance) SessionCreated(string) {}
+// SessionCreated needs nothing: the container is labelled at creation, and its
+// side services are the image's contract ports.
+func (i *instance) SessionCreated(string, json.RawMessage) {}
 
 func (i *instance) ExitReason() string {
 	i.mu.Lock()

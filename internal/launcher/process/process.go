@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -277,8 +278,24 @@ func (i *instance) ExitReason() string {
 	return "driver process ended: " + i.reason
 }
 
-// SessionCreated names the driver's log file after the session, as Selenoid does.
-func (i *instance) SessionCreated(id string) {
+// SessionCreated takes the browser's DevTools address from the driver's answer
+// (chromedriver's goog:chromeOptions.debuggerAddress, on this host's loopback),
+// and names the driver's log file after the session, as Selenoid does.
+func (i *instance) SessionCreated(id string, caps json.RawMessage) {
+	var c map[string]json.RawMessage
+	_ = json.Unmarshal(caps, &c)
+	for key, raw := range c {
+		var opts struct {
+			DebuggerAddress string `json:"debuggerAddress"`
+		}
+		if !strings.HasSuffix(key, "Options") || json.Unmarshal(raw, &opts) != nil || opts.DebuggerAddress == "" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(opts.DebuggerAddress)
+		if ip := net.ParseIP(host); err == nil && (host == "localhost" || ip != nil && ip.IsLoopback()) {
+			i.endpoints.DevTools = &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", port)}
+		}
+	}
 	if i.logFile == nil {
 		return
 	}

@@ -323,7 +323,7 @@ func TestDriverLogsToDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inst.SessionCreated("abc")
+	inst.SessionCreated("abc", nil)
 	inst.Stop(context.Background())
 	data, err := os.ReadFile(filepath.Join(dir, "abc.log"))
 	if err != nil || !strings.Contains(string(data), "wdstub: listening on") {

@@ -1,0 +1,271 @@
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/websummoner/websummoner/internal/logtag"
+	"github.com/websummoner/websummoner/internal/session"
+	"github.com/websummoner/websummoner/internal/webdriver"
+)
+
+// The side channels of a session, each a WebSocket (or HTTP) proxy to the
+// address its launcher reported in launcher.Endpoints:
+//
+//	/devtools/{id}/ and /devtools/{id}/browser  the browser's DevTools socket (se:cdp)
+//	/devtools/{id}/page                         the session's first page target
+//	/devtools/{id}/page/{target}                that page target
+//	/devtools/{id}/json/version, /json/list     DevTools' HTTP, socket URLs pointing at the hub
+//	/session/{id}/se/bidi                       the driver's WebDriver BiDi socket (webSocketUrl)
+
+// maxDevToolsJSON bounds what is read of DevTools' /json answers.
+const maxDevToolsJSON = 1 << 20
+
+// devtools serves /devtools/{id}/… .
+func (h *Hub) devtools(w http.ResponseWriter, r *http.Request) {
+	s, ok := h.begin(w, r)
+	if !ok {
+		return
+	}
+	defer h.sessions.Done(s)
+	dt := s.Endpoints().DevTools
+	if dt == nil {
+		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation,
+			fmt.Sprintf("session %s has no DevTools: its browser does not report a debugger address, or its image does not serve DevTools on port 7070", s.ID))
+		return
+	}
+	rest := strings.TrimPrefix(mux.Vars(r)["rest"], "/")
+	switch {
+	case rest == "json/version" || rest == "json/list" || rest == "json":
+		h.devtoolsJSON(w, r, s, dt, rest)
+		return
+	case rest == "" || rest == "browser":
+		h.devtoolsSocket(w, r, s, dt, "json/version", func(v json.RawMessage) string {
+			var info struct {
+				WS string `json:"webSocketDebuggerUrl"`
+			}
+			_ = json.Unmarshal(v, &info)
+			return info.WS
+		})
+	case rest == "page":
+		h.devtoolsSocket(w, r, s, dt, "json/list", func(v json.RawMessage) string {
+			var targets []struct{ Type, WebSocketDebuggerURL string }
+			_ = json.Unmarshal(v, &targets)
+			for _, t := range targets {
+				if t.Type == "page" {
+					return t.WebSocketDebuggerURL
+				}
+			}
+			return ""
+		})
+	case strings.HasPrefix(rest, "page/") && !strings.Contains(rest[len("page/"):], "/"):
+		h.proxySocket(w, r, s, dt.JoinPath("devtools", rest))
+	default:
+		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnknownCommand,
+			fmt.Sprintf("/devtools/%s/%s is not a DevTools endpoint: use /, /browser, /page, /page/{targetId}, /json/version or /json/list", s.ID, rest))
+	}
+}
+
+// fetchDevTools reads one of DevTools' /json answers.
+func (h *Hub) fetchDevTools(ctx context.Context, dt *url.URL, path string) (json.RawMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, dt.JoinPath(path).String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxDevToolsJSON))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK || !json.Valid(data) {
+		return nil, fmt.Errorf("DevTools answered %d: %s", resp.StatusCode, webdriver.Truncate(data, 200))
+	}
+	return data, nil
+}
+
+// devtoolsSocket finds a socket URL in one of DevTools' /json answers and
+// proxies the client's WebSocket to it.
+func (h *Hub) devtoolsSocket(w http.ResponseWriter, r *http.Request, s *session.Session, dt *url.URL, path string, pick func(json.RawMessage) string) {
+	data, err := h.fetchDevTools(r.Context(), dt, path)
+	if err != nil {
+		h.sideChannelDown(w, s, "DevTools", dt, err)
+		return
+	}
+	ws, err := url.Parse(pick(data))
+	if err != nil || ws.Path == "" {
+		h.sideChannelDown(w, s, "DevTools", dt, fmt.Errorf("no socket in its /%s answer", path))
+		return
+	}
+	h.proxySocket(w, r, s, dt.JoinPath(ws.Path))
+}
+
+// devtoolsJSON passes DevTools' /json answers on with every socket URL
+// pointing at the hub, so a client that follows them stays behind it.
+func (h *Hub) devtoolsJSON(w http.ResponseWriter, r *http.Request, s *session.Session, dt *url.URL, path string) {
+	data, err := h.fetchDevTools(r.Context(), dt, path)
+	if err != nil {
+		h.sideChannelDown(w, s, "DevTools", dt, err)
+		return
+	}
+	base := h.wsBase(r) + "/devtools/" + url.PathEscape(s.ID)
+	text := string(data)
+	for _, from := range []string{"ws://" + dt.Host + "/devtools/browser/", "ws://localhost:" + dt.Port() + "/devtools/browser/", "ws://127.0.0.1:" + dt.Port() + "/devtools/browser/"} {
+		text = replaceSocket(text, from, base+"/browser", true)
+	}
+	for _, from := range []string{"ws://" + dt.Host + "/devtools/page/", "ws://localhost:" + dt.Port() + "/devtools/page/", "ws://127.0.0.1:" + dt.Port() + "/devtools/page/"} {
+		text = replaceSocket(text, from, base+"/page/", false)
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	_, _ = io.WriteString(w, text)
+}
+
+// replaceSocket rewrites socket URLs in DevTools' JSON (written without its
+// escaping of "/"). A browser socket keeps no id: the hub finds it again.
+func replaceSocket(text, from, to string, dropID bool) string {
+	for {
+		i := strings.Index(text, from)
+		if i < 0 {
+			return text
+		}
+		end := i + len(from)
+		if dropID {
+			for end < len(text) && text[end] != '"' {
+				end++
+			}
+		}
+		text = text[:i] + to + text[end:]
+	}
+}
+
+// wsBase is the hub's WebSocket base URL as the client reached it: the Host it
+// used (so ggr and reverse proxies stay in the path) and ws or wss.
+func (h *Hub) wsBase(r *http.Request) string {
+	scheme := "ws"
+	if r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
+		scheme = "wss"
+	}
+	return scheme + "://" + r.Host
+}
+
+// bidi serves /session/{id}/se/bidi: the driver's WebDriver BiDi socket.
+func (h *Hub) bidi(w http.ResponseWriter, r *http.Request) {
+	s, ok := h.begin(w, r)
+	if !ok {
+		return
+	}
+	defer h.sessions.Done(s)
+	if s.BiDiPath == "" {
+		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation,
+			fmt.Sprintf("session %s has no WebDriver BiDi socket: ask for it with the capability \"webSocketUrl\": true", s.ID))
+		return
+	}
+	u := *s.URL()
+	u.Path, u.RawPath = s.BiDiPath, ""
+	h.proxySocket(w, r, s, &u)
+}
+
+// proxySocket proxies a WebSocket (or plain HTTP) request to target; the socket
+// is closed when the session ends.
+func (h *Hub) proxySocket(w http.ResponseWriter, r *http.Request, s *session.Session, target *url.URL) {
+	path := "/" + strings.TrimPrefix(target.Path, "/") // JoinPath on an empty path leaves it relative
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.Ended():
+			cancel() // closes the driver's side, and so the client's
+		case <-ctx.Done():
+		}
+	}()
+	logtag.Event(h.log, slog.LevelDebug, s.ID, "SIDE_CHANNEL", path)
+	rp := &httputil.ReverseProxy{
+		Transport: h.opts.Transport,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL = &url.URL{Scheme: "http", Host: target.Host, Path: path, RawQuery: pr.In.URL.RawQuery}
+			pr.Out.Host = target.Host // DevTools accepts only an IP or localhost
+			// Chrome refuses a socket with a foreign Origin; the hub is not one.
+			pr.Out.Header.Del("Origin")
+			pr.Out.Header.Del("Authorization")
+		},
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			h.sideChannelDown(w, s, "the side channel", target, err)
+		},
+	}
+	rp.ServeHTTP(w, r.WithContext(ctx))
+}
+
+func (h *Hub) sideChannelDown(w http.ResponseWriter, s *session.Session, what string, u *url.URL, err error) {
+	select {
+	case <-s.Ended():
+		why, _ := h.sessions.Ended(s.ID)
+		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidSessionID, fmt.Sprintf("session %s has ended: %s", s.ID, why))
+		return
+	default:
+	}
+	webdriver.WriteError(w, http.StatusBadGateway, webdriver.ErrUnknownError,
+		fmt.Sprintf("session %s: %s at %s did not answer: %v", s.ID, what, u.Host, err))
+}
+
+// bidiPath is the path of the driver's webSocketUrl in its new-session answer.
+func bidiPath(caps json.RawMessage) string {
+	var c struct {
+		WebSocketURL any `json:"webSocketUrl"`
+	}
+	_ = json.Unmarshal(caps, &c)
+	s, _ := c.WebSocketURL.(string)
+	if u, err := url.Parse(s); err == nil && (u.Scheme == "ws" || u.Scheme == "wss") {
+		return u.Path
+	}
+	return ""
+}
+
+// sideChannelCaps adds to a new session's capabilities what the client reaches
+// through the hub: se:cdp (and se:cdpVersion) for a browser with DevTools, and
+// webSocketUrl pointing at the hub's BiDi proxy.
+func (h *Hub) sideChannelCaps(r *http.Request, s *session.Session, caps json.RawMessage) json.RawMessage {
+	extra := map[string]any{}
+	base := h.wsBase(r)
+	if s.Endpoints().DevTools != nil {
+		extra["se:cdp"] = base + "/devtools/" + url.PathEscape(s.ID) + "/"
+		var c struct {
+			BrowserVersion string `json:"browserVersion"`
+			Version        string `json:"version"`
+		}
+		_ = json.Unmarshal(caps, &c)
+		extra["se:cdpVersion"] = c.BrowserVersion + c.Version
+	}
+	if s.BiDiPath != "" {
+		extra["webSocketUrl"] = base + "/session/" + url.PathEscape(s.ID) + "/se/bidi"
+	}
+	if len(extra) == 0 {
+		return caps
+	}
+	var m map[string]any
+	if json.Unmarshal(caps, &m) != nil || m == nil {
+		return caps
+	}
+	for k, v := range extra {
+		m[k] = v
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return caps
+	}
+	return out
+}

@@ -1,0 +1,129 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/websocket"
+
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/queue"
+)
+
+// fakeDevTools stands in for a browser's DevTools endpoint (a real one needs a
+// browser; e2e/cdp_test.go has that): /json/version, /json/list and echoing
+// sockets.
+func fakeDevTools(t *testing.T) *httptest.Server {
+	var srv *httptest.Server
+	mux := http.NewServeMux()
+	mux.HandleFunc("/json/version", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"Browser":"Chrome/128.0","webSocketDebuggerUrl":"ws://%s/devtools/browser/b-1"}`, strings.TrimPrefix(srv.URL, "http://"))
+	})
+	mux.HandleFunc("/json/list", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `[{"id":"p-1","type":"page","webSocketDebuggerUrl":"ws://%s/devtools/page/p-1"}]`, strings.TrimPrefix(srv.URL, "http://"))
+	})
+	echo := websocket.Handler(func(c *websocket.Conn) {
+		fmt.Fprintf(c, "%s", c.Request().URL.Path) // says which socket it is
+		io.Copy(c, c)
+	})
+	mux.Handle("/devtools/", websocket.Server{Handler: echo, Handshake: func(*websocket.Config, *http.Request) error { return nil }})
+	srv = httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// devtoolsLauncher gives every instance a DevTools endpoint.
+type devtoolsLauncher struct {
+	*stubLauncher
+	dt *url.URL
+}
+
+type devtoolsInstance struct {
+	*stubInstance
+	dt *url.URL
+}
+
+func (i devtoolsInstance) Endpoints() launcher.Endpoints {
+	e := i.stubInstance.Endpoints()
+	e.DevTools = i.dt
+	return e
+}
+
+func (l devtoolsLauncher) Start(ctx context.Context, r launcher.Request) (launcher.Instance, error) {
+	inst, err := l.stubLauncher.Start(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return devtoolsInstance{inst.(*stubInstance), l.dt}, nil
+}
+
+func TestDevToolsThroughHub(t *testing.T) {
+	dt := fakeDevTools(t)
+	l := &stubLauncher{}
+	f := newFixture(t, queue.Options{Limit: 2}, Options{}, l)
+	dtURL, _ := url.Parse(dt.URL)
+	f.hub.launchers.Process = devtoolsLauncher{l, dtURL}
+	_, body := f.do("POST", "/session", w3cChrome)
+	v := body["value"].(map[string]any)
+	id, caps := v["sessionId"].(string), v["capabilities"].(map[string]any)
+	host := strings.TrimPrefix(f.srv.URL, "http://")
+	if caps["se:cdp"] != "ws://"+host+"/devtools/"+id+"/" {
+		t.Fatalf("se:cdp %v", caps["se:cdp"])
+	}
+	for path, want := range map[string]string{"/": "/devtools/browser/b-1", "/browser": "/devtools/browser/b-1", "/page": "/devtools/page/p-1", "/page/p-7": "/devtools/page/p-7"} {
+		ws, err := websocket.Dial("ws://"+host+"/devtools/"+id+path, "", "http://elsewhere.example/")
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		buf := make([]byte, 100)
+		ws.SetDeadline(time.Now().Add(5 * time.Second))
+		n, _ := ws.Read(buf)
+		if string(buf[:n]) != want {
+			t.Errorf("%s reached %q, want %q", path, buf[:n], want)
+		}
+		ws.Close()
+	}
+	_, list := f.do("GET", "/devtools/"+id+"/json/version", "")
+	if list["webSocketDebuggerUrl"] != "ws://"+host+"/devtools/"+id+"/browser" {
+		t.Fatalf("/json/version points past the hub: %v", list)
+	}
+	// The socket closes when the session ends.
+	ws, err := websocket.Dial("ws://"+host+"/devtools/"+id+"/page", "", "http://localhost/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.do("DELETE", "/session/"+id, "")
+	ws.SetDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 100)
+	ws.Read(buf) // the greeting
+	if _, err := ws.Read(buf); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("the socket outlived its session: %v", err)
+	}
+	// Errors: unknown session, no DevTools, no BiDi.
+	resp, body := f.do("GET", "/devtools/nope/json/version", "")
+	if code, _ := errOf(body); resp.StatusCode != 404 || code != "invalid session id" {
+		t.Fatalf("unknown session: %d %v", resp.StatusCode, body)
+	}
+	f.hub.launchers.Process = l
+	_, body = f.do("POST", "/session", w3cChrome)
+	id = body["value"].(map[string]any)["sessionId"].(string)
+	if _, ok := body["value"].(map[string]any)["capabilities"].(map[string]any)["se:cdp"]; ok {
+		t.Fatal("se:cdp for a session without DevTools")
+	}
+	resp, body = f.do("GET", "/devtools/"+id+"/browser", "")
+	if code, msg := errOf(body); resp.StatusCode != 404 || code != "unsupported operation" || !strings.Contains(msg, "port 7070") {
+		t.Fatalf("no DevTools: %d %q %q", resp.StatusCode, code, msg)
+	}
+	resp, body = f.do("GET", "/session/"+id+"/se/bidi", "")
+	if code, msg := errOf(body); resp.StatusCode != 404 || !strings.Contains(msg, "webSocketUrl") {
+		t.Fatalf("no BiDi: %d %q %q", resp.StatusCode, code, msg)
+	}
+	f.do("DELETE", "/session/"+id, "")
+}
