@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Per-session networking in Docker mode, in real Chromium: a hostsEntries name
@@ -142,4 +144,61 @@ func TestDockerFileUpload(t *testing.T) {
 		t.Fatalf("the page in the container read %q (%v), want %q", r.Read, err, content)
 	}
 	d.assertClean(t)
+}
+
+// Downloads from a real Chromium run as a local driver: the browser saves into
+// the session's own directory; the client lists and fetches through the hub
+// (Selenoid's /download/ and Grid's se/files); names with a path are refused.
+func TestDownloadsLocalDriver(t *testing.T) {
+	requireRealParts(t)
+	h := startHub(t, "-limit", "2")
+	payload := strings.Repeat("websummoner download ", 500)
+	files := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Disposition", `attachment; filename="report.txt"`)
+		io.WriteString(w, payload)
+	}))
+	defer files.Close()
+	r := call(t, "POST", h.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome"}}}`)
+	id := r.Value.SessionID
+	other := call(t, "POST", h.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome"}}}`).Value.SessionID
+	call(t, "POST", h.url+"/wd/hub/session/"+id+"/url", `{"url":"`+files.URL+`/report.txt"}`)
+	var names []string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		names = nil
+		json.Unmarshal(rawCall(t, "GET", h.url+"/download/"+id+"/?json", ""), &names)
+		if len(names) == 1 {
+			break
+		}
+	}
+	if len(names) != 1 || names[0] != "report.txt" {
+		t.Fatalf("downloads listed: %v", names)
+	}
+	if got := string(rawCall(t, "GET", h.url+"/download/"+id+"/report.txt", "")); got != payload {
+		t.Fatalf("fetched %d bytes, want the %d downloaded", len(got), len(payload))
+	}
+	if got := string(rawCall(t, "GET", h.url+"/wd/hub/session/"+id+"/aerokube/download/report.txt", "")); got != payload {
+		t.Fatal("Selenoid's alias serves other bytes")
+	}
+	var grid struct{ Value struct{ Names []string } }
+	json.Unmarshal(rawCall(t, "GET", h.url+"/wd/hub/session/"+id+"/se/files", ""), &grid)
+	if len(grid.Value.Names) != 1 {
+		t.Fatalf("Grid's se/files: %+v", grid)
+	}
+	var empty []string
+	json.Unmarshal(rawCall(t, "GET", h.url+"/download/"+other+"/?json", ""), &empty)
+	if len(empty) != 0 {
+		t.Fatalf("another session sees %v", empty)
+	}
+	for _, bad := range []string{"..%2Freport.txt", "%2E%2E", "a%2Fb"} {
+		if r := call(t, "GET", h.url+"/download/"+other+"/"+bad, ""); r.status != 400 && r.status != 404 {
+			t.Errorf("%s: %d", bad, r.status)
+		}
+	}
+	if r := call(t, "DELETE", h.url+"/download/"+id+"/report.txt", ""); r.status != 200 {
+		t.Fatalf("delete: %+v", r)
+	}
+	call(t, "DELETE", h.url+"/wd/hub/session/"+id, "")
+	call(t, "DELETE", h.url+"/wd/hub/session/"+other, "")
+	h.stop(t)
 }

@@ -30,14 +30,14 @@ cp /etc/resolv.conf "$root/etc/resolv.conf"
 mount -t proc proc "$root/proc"
 chroot "$root" apt-get update -qq >&2
 chroot "$root" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-  chromium chromium-driver fonts-liberation ca-certificates >&2
+  chromium chromium-driver fonts-liberation ca-certificates socat >&2
 chroot "$root" apt-get clean
 umount "$root/proc"
 rm -rf "$root/var/lib/apt/lists/"* "$root/usr/share/doc" "$root/usr/share/man" "$root/etc/resolv.conf"
 install -m 0755 entrypoint.sh "$root/usr/local/bin/entrypoint"
 tar -C "$root" -c . | docker import \
   --change 'ENTRYPOINT ["/usr/local/bin/entrypoint"]' \
-  --change 'EXPOSE 4444' \
+  --change 'EXPOSE 4444 7070' \
   --change 'ENV LANG=C.UTF-8' \
   - "$tag" >&2
 echo "$tag"

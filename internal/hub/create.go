@@ -234,7 +234,11 @@ func (h *Hub) startAttempts(c *creation) error {
 			lastErr = err
 			continue
 		}
-		ds, err := h.newDriverSession(c.ctx, inst, body, c.browser)
+		attempt := body
+		if files := inst.Endpoints().Files; files != nil && files.Scheme == "file" {
+			attempt = withDownloadDir(body, files.Path)
+		}
+		ds, err := h.newDriverSession(c.ctx, inst, attempt, c.browser)
 		if err == nil {
 			c.inst, c.driver, c.took = inst, ds, time.Since(t0)
 			h.m.startSeconds.WithLabelValues(c.browser.Name, c.browser.Version).Observe(c.took.Seconds())

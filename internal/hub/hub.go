@@ -279,9 +279,15 @@ func (h *Hub) routes() *mux.Router {
 		// The driver ends its session for this spelling too: so must the hub.
 		sr.HandleFunc("/session/{id}/", h.deleteSession).Methods(http.MethodDelete)
 		sr.HandleFunc("/session/{id}/se/bidi", h.bidi)
+		sr.HandleFunc("/session/{id}/se/files", h.gridFiles)
+		sr.HandleFunc("/session/{id}/aerokube/download/", h.downloads)
+		sr.HandleFunc("/session/{id}/aerokube/download/{file}", h.downloads)
 		sr.HandleFunc("/session/{id}", h.proxyCommand)
 		sr.PathPrefix("/session/{id}/").HandlerFunc(h.proxyCommand)
 	}
+	r.HandleFunc("/download/{id}/", h.downloads)
+	r.HandleFunc("/download/{id}/{file}", h.downloads)
+	r.HandleFunc("/clipboard/{id}", h.clipboard)
 	r.HandleFunc("/devtools/{id}", h.devtools)
 	r.HandleFunc("/devtools/{id}/{rest:.*}", h.devtools)
 	r.HandleFunc("/wd/hub/status", h.w3cStatus).Methods(http.MethodGet)

@@ -45,6 +45,10 @@ type Options struct {
 	CaptureLogs bool
 	// LogDir, if set, keeps each driver's output in LogDir/<session-id>.log (-log-output-dir).
 	LogDir string
+	// DownloadDir is where each session gets a download directory of its own,
+	// served by the hub (/download/{id}/). Empty: the system's temporary
+	// directory.
+	DownloadDir string
 	// PortAttempts is how many ports a start tries when its driver exits during
 	// start-up (say, "address already in use"); zero means 3.
 	PortAttempts int
@@ -149,6 +153,13 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 		},
 		tail: &tailBuffer{max: 4096},
 	}
+	downloads := filepath.Join(l.downloadRoot(), hex.EncodeToString(token))
+	if err := os.MkdirAll(downloads, 0o700); err != nil {
+		l.freePort(port)
+		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Err: err, Msg: "cannot create the session's download directory: " + err.Error()}
+	}
+	inst.downloads = downloads
+	inst.endpoints.Files = &url.URL{Scheme: "file", Path: downloads}
 	args := append(append([]string(nil), argv[1:]...), "--port="+strconv.Itoa(port))
 	cmd := exec.Command(argv[0], args...)
 	// The session's environment over the hub's own; exec keeps the last of a name.
@@ -162,7 +173,7 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	if l.opts.LogDir != "" {
 		f, err := os.CreateTemp(l.opts.LogDir, "driver-*.log")
 		if err != nil {
-			l.freePort(port)
+			inst.discard()
 			return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Err: err,
 				Msg: fmt.Sprintf("cannot create a driver log file in -log-output-dir %s: %v", l.opts.LogDir, err)}
 		}
@@ -174,8 +185,7 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	// holding the pipe does.
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		l.freePort(port)
-		inst.closeLog()
+		inst.discard()
 		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Err: err, Msg: "cannot create the driver's output pipe: " + err.Error()}
 	}
 	cmd.Stdout, cmd.Stderr = pw, pw
@@ -183,8 +193,7 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	pw.Close()
 	if err != nil {
 		pr.Close()
-		l.freePort(port)
-		inst.closeLog()
+		inst.discard()
 		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Err: err,
 			Msg: fmt.Sprintf("cannot run driver command %q: %v; install it or fix \"image\" in the -conf file", argv[0], err)}
 	}
@@ -219,11 +228,21 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 
 func (l *Launcher) markerPrefix() string { return l.opts.Instance + "/" }
 
+// downloadRoot holds this instance's per-session download directories.
+func (l *Launcher) downloadRoot() string {
+	root := l.opts.DownloadDir
+	if root == "" {
+		root = filepath.Join(os.TempDir(), "websummoner-downloads")
+	}
+	return filepath.Join(root, l.opts.Instance)
+}
+
 // Sweep kills every process left by an earlier run of this hub instance (a hub
 // that was SIGKILLed takes its drivers with it, but not the browsers they had
 // started). It returns how many it killed.
 func (l *Launcher) Sweep() int {
 	n, _ := killMarked(func(v string) bool { return strings.HasPrefix(v, l.markerPrefix()) })
+	_ = os.RemoveAll(l.downloadRoot()) // an earlier run's downloads
 	if n > 0 {
 		logtag.Event(l.log, slog.LevelInfo, "", "ORPHANS_REMOVED", fmt.Sprintf("%d processes of an earlier run of instance %q", n, l.opts.Instance))
 	}
@@ -240,6 +259,8 @@ type instance struct {
 	endpoints launcher.Endpoints
 	tail      *tailBuffer
 	logFile   *os.File
+	// downloads is the session's own download directory, removed at Stop.
+	downloads string
 	outDone   chan struct{} // closed when every writer of the output pipe is gone
 
 	exited   chan struct{} // closed when the driver exits on its own
@@ -333,11 +354,21 @@ func (i *instance) Stop(ctx context.Context) error {
 		pipe.Stop()
 		i.l.freePort(i.port)
 		i.closeLog()
+		if err := os.RemoveAll(i.downloads); err != nil {
+			errs = append(errs, fmt.Errorf("removing the download directory: %w", err))
+		}
 		if len(errs) > 0 {
 			i.stopErr = fmt.Errorf("pid %d: %w", pgid, errors.Join(errs...))
 		}
 	})
 	return i.stopErr
+}
+
+// discard frees what a start that never ran its driver took.
+func (i *instance) discard() {
+	i.l.freePort(i.port)
+	i.closeLog()
+	_ = os.RemoveAll(i.downloads)
 }
 
 func (i *instance) closeLog() {

@@ -1,0 +1,219 @@
+package hub
+
+import (
+	"archive/zip"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"html"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/gorilla/mux"
+
+	"github.com/websummoner/websummoner/internal/webdriver"
+)
+
+// A session's downloads, wherever its launcher keeps them (launcher.Endpoints
+// Files): a directory of the hub's host (file://, local drivers) served here, or
+// the image's file server on port 8080 (Selenoid's contract), proxied.
+//
+//	GET    /download/{id}/           list (?json: a JSON array of names; else HTML)
+//	GET    /download/{id}/{file}     the file
+//	DELETE /download/{id}/{file}     remove it
+//	… and Selenoid's alias /session/{id}/aerokube/download/…, and Grid 4's
+//	GET/POST/DELETE /session/{id}/se/files.
+
+// downloads serves /download/{id}/… and its aliases.
+func (h *Hub) downloads(w http.ResponseWriter, r *http.Request) {
+	s, ok := h.begin(w, r)
+	if !ok {
+		return
+	}
+	defer h.sessions.Done(s)
+	files := s.Endpoints().Files
+	name, err := url.PathUnescape(mux.Vars(r)["file"])
+	if err != nil || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
+		webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument,
+			fmt.Sprintf("%q is not a file name: names have no path, no \"..\"", mux.Vars(r)["file"]))
+		return
+	}
+	switch {
+	case files == nil:
+		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation,
+			fmt.Sprintf("session %s has no downloads: its image does not serve files on port 8080", s.ID))
+	case files.Scheme == "file":
+		h.localDownloads(w, r, files.Path, name)
+	default:
+		target := files.JoinPath(url.PathEscape(name))
+		if name == "" {
+			target = files.JoinPath("/")
+		}
+		h.proxySocket(w, r, s, target)
+	}
+}
+
+// localDownloads serves one session's download directory.
+func (h *Hub) localDownloads(w http.ResponseWriter, r *http.Request, dir, name string) {
+	if name == "" {
+		if r.Method != http.MethodGet {
+			methodNotAllowed(w, r)
+			return
+		}
+		names := listFiles(dir)
+		if _, asJSON := r.URL.Query()["json"]; asJSON {
+			writeJSON(w, http.StatusOK, names)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprint(w, "<!doctype html><pre>\n")
+		for _, n := range names {
+			fmt.Fprintf(w, "<a href=\"%s\">%s</a>\n", url.PathEscape(n), html.EscapeString(n))
+		}
+		fmt.Fprint(w, "</pre>\n")
+		return
+	}
+	path := filepath.Join(dir, name)
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		f, err := os.Open(path)
+		if err != nil {
+			webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidArgument, fmt.Sprintf("no downloaded file %q", name))
+			return
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil || !st.Mode().IsRegular() {
+			webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidArgument, fmt.Sprintf("no downloaded file %q", name))
+			return
+		}
+		w.Header().Set("Content-Disposition", "attachment; filename*=UTF-8''"+url.PathEscape(name))
+		http.ServeContent(w, r, name, st.ModTime(), f)
+	case http.MethodDelete:
+		if err := os.Remove(path); err != nil {
+			webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidArgument, fmt.Sprintf("no downloaded file %q", name))
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"value": nil})
+	default:
+		methodNotAllowed(w, r)
+	}
+}
+
+// listFiles names the finished downloads in dir, sorted; Chromium's partial
+// files (.crdownload) are not there yet.
+func listFiles(dir string) []string {
+	entries, _ := os.ReadDir(dir)
+	names := []string{}
+	for _, e := range entries {
+		if e.Type().IsRegular() && !strings.HasSuffix(e.Name(), ".crdownload") {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// gridFiles serves Grid 4's managed downloads: GET lists, POST {"name"} returns
+// the file zipped and base64-encoded, DELETE removes them all.
+func (h *Hub) gridFiles(w http.ResponseWriter, r *http.Request) {
+	s, ok := h.begin(w, r)
+	if !ok {
+		return
+	}
+	defer h.sessions.Done(s)
+	files := s.Endpoints().Files
+	if files == nil || files.Scheme != "file" {
+		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation,
+			fmt.Sprintf("session %s: Grid's managed downloads are served for local drivers; use /download/%s/ for containers", s.ID, s.ID))
+		return
+	}
+	switch r.Method {
+	case http.MethodGet:
+		writeJSON(w, http.StatusOK, map[string]any{"value": map[string]any{"names": listFiles(files.Path)}})
+	case http.MethodPost:
+		var in struct {
+			Name string `json:"name"`
+		}
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&in); err != nil || in.Name == "" || strings.ContainsAny(in.Name, `/\`) || in.Name == ".." {
+			webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument, `the body must be {"name": "<file name>"}`)
+			return
+		}
+		data, err := os.ReadFile(filepath.Join(files.Path, in.Name))
+		if err != nil {
+			webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidArgument, fmt.Sprintf("no downloaded file %q", in.Name))
+			return
+		}
+		var zipped bytes.Buffer
+		zw := zip.NewWriter(&zipped)
+		if fw, err := zw.Create(in.Name); err == nil {
+			_, _ = fw.Write(data)
+		}
+		_ = zw.Close()
+		writeJSON(w, http.StatusOK, map[string]any{"value": map[string]any{"filename": in.Name, "contents": base64.StdEncoding.EncodeToString(zipped.Bytes())}})
+	case http.MethodDelete:
+		for _, n := range listFiles(files.Path) {
+			_ = os.Remove(filepath.Join(files.Path, n))
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"value": nil})
+	default:
+		methodNotAllowed(w, r)
+	}
+}
+
+// clipboard serves /clipboard/{id}: the image's clipboard service on port 9090
+// (Selenoid's contract), proxied; a clear refusal without one.
+func (h *Hub) clipboard(w http.ResponseWriter, r *http.Request) {
+	s, ok := h.begin(w, r)
+	if !ok {
+		return
+	}
+	defer h.sessions.Done(s)
+	if cb := s.Endpoints().Clipboard; cb != nil {
+		h.proxySocket(w, r, s, cb.JoinPath("/"))
+		return
+	}
+	webdriver.WriteError(w, http.StatusNotImplemented, webdriver.ErrUnsupportedOperation,
+		fmt.Sprintf("session %s has no clipboard: it needs a browser with an X display whose image serves the clipboard on port 9090 (aerokube's images do; the project's headless Chromium image does not yet)", s.ID))
+}
+
+// withDownloadDir points the browser's downloads at dir, over whatever the
+// client asked: a session's downloads go to its own directory only.
+func withDownloadDir(body []byte, dir string) []byte {
+	var req map[string]any
+	if json.Unmarshal(body, &req) != nil {
+		return body
+	}
+	caps, _ := req["capabilities"].(map[string]any)
+	always, _ := caps["alwaysMatch"].(map[string]any)
+	if always == nil {
+		return body
+	}
+	prefs := map[string]any{"download.default_directory": dir, "download.prompt_for_download": false, "savefile.default_directory": dir}
+	for _, key := range []string{"goog:chromeOptions", "ms:edgeOptions"} {
+		if _, isChromium := always[key]; isChromium || key == "goog:chromeOptions" && always["browserName"] != "firefox" {
+			opts, _ := always[key].(map[string]any)
+			if opts == nil {
+				opts = map[string]any{}
+			}
+			opts["prefs"] = webdriver.Merge(asMap(opts["prefs"]), prefs)
+			always[key] = opts
+		}
+	}
+	out, err := json.Marshal(req)
+	if err != nil {
+		return body
+	}
+	return out
+}
+
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
+}
