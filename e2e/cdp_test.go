@@ -144,3 +144,37 @@ func TestBiDiThroughHub(t *testing.T) {
 	call(t, "DELETE", h.url+"/wd/hub/session/"+id, "")
 	h.stop(t)
 }
+
+// CDP into the Chromium container, through Selenoid's port-7070 contract (the
+// image's socat forwarder): chromedp on se:cdp navigates, evaluates and takes a
+// screenshot.
+func TestDockerCDPThroughHub(t *testing.T) {
+	requireRealParts(t)
+	requireDocker(t)
+	d := startDockerHub(t, instanceFor(t), "-limit", "1")
+	r := call(t, "POST", d.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome"}}}`)
+	if r.status != 200 {
+		t.Fatalf("create: %+v", r)
+	}
+	cdp, _ := r.caps["se:cdp"].(string)
+	if !strings.HasSuffix(cdp, "/devtools/"+r.Value.SessionID+"/") {
+		t.Fatalf("se:cdp %q", cdp)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	alloc, cancelAlloc := chromedp.NewRemoteAllocator(ctx, cdp, chromedp.NoModifyURL)
+	defer cancelAlloc()
+	tab, cancelTab := chromedp.NewContext(alloc, chromedp.WithErrorf(func(string, ...any) {}))
+	defer cancelTab()
+	var sum float64
+	var shot []byte
+	if err := chromedp.Run(tab, chromedp.Navigate("about:blank"), chromedp.Evaluate(`40 + 2`, &sum), chromedp.CaptureScreenshot(&shot)); err != nil {
+		t.Fatalf("chromedp into the container: %v", err)
+	}
+	if _, err := png.Decode(bytes.NewReader(shot)); err != nil || sum != 42 {
+		t.Fatalf("40+2 = %v; screenshot: %v", sum, err)
+	}
+	cancelTab()
+	call(t, "DELETE", d.url+"/wd/hub/session/"+r.Value.SessionID, "")
+	d.assertClean(t)
+}

@@ -83,7 +83,7 @@ func startDockerHub(t *testing.T, instance string, args ...string) *dockerHub {
   "ghost": {"default": "1", "versions": {"1": {"image": "websummoner/ghost:none", "port": "4444"}}},
   "chrome": {"default": "156.0", "versions": {"156.0": {"image": %q, "port": "4444", "path": "/", "shmSize": 268435456,
     "caps": {"goog:chromeOptions": {"args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync"]}}}}}
+      "--disable-background-networking", "--disable-component-update", "--disable-sync", "--remote-debugging-port=9222"]}}}}}
 }`, stubTag, stubTag, chromeTag)
 	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)

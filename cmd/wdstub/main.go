@@ -32,6 +32,7 @@ func main() {
 	capacityURL := flag.String("capacity-url", "", "ask this URL (the load tool's fake host) how long this start takes and whether it fails")
 	page := flag.Bool("serve-page", false, "serve a fixed test page at / instead of WebDriver (the end-to-end tests' page)")
 	faults := flag.String("fault", "", "misbehave: phase=fault,… (phases status, new-session, command, delete; faults broken-body, redirect, hang, exit, huge, garbage)")
+	logRequests := flag.Bool("log-requests", false, "print a line per request to stdout (for log-following tests)")
 	faultRate := flag.Float64("fault-rate", 0, "chance a request of a faulty phase gets its fault (0 = always)")
 	// In a container the command line is fixed by the image; WDSTUB_<FLAG> in the
 	// environment (from browsers.json "env") sets a flag instead.
@@ -100,6 +101,13 @@ func main() {
 	}
 	var h http.Handler = wdstub.New(wdstub.Options{NewSessionDelay: *newDelay, FailNewSession: *failNew})
 	h = hostile.Wrap(h, hostile.Options{At: at, Probability: *faultRate, ExitProcess: true})
+	if *logRequests {
+		next := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Printf("wdstub: %s %s\n", r.Method, r.URL.Path)
+			next.ServeHTTP(w, r)
+		})
+	}
 	if *page {
 		h = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")

@@ -82,7 +82,6 @@ type selenoidFlag struct {
 
 var ignoredSelenoidFlags = []selenoidFlag{
 	{name: "enable-file-upload", bool: true, why: "file upload always works (/se/file is rewritten to /file, bounded by -max-upload-size)"},
-	{name: "save-all-logs", bool: true, why: "use -log-output-dir, which keeps every driver log"},
 	{name: "disable-privileged", bool: true, why: "containers are unprivileged by default already"},
 	{name: "log-conf", why: "container log drivers are not configurable yet"},
 	{name: "video-output-dir", why: "video recording is not supported"},
@@ -102,7 +101,8 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.StringVar(&c.listen, "listen", ":4444", "Network address to accept connections on (\":4444\" is every interface)")
 	fs.StringVar(&c.conf, "conf", "config/browsers.json", "Browsers configuration file (Selenoid's browsers.json format)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "Log level: debug, info, warn or error")
-	fs.StringVar(&c.logOutputDir, "log-output-dir", "", "Keep each driver's output in this directory as <session-id>.log")
+	fs.StringVar(&c.logOutputDir, "log-output-dir", "", "Keep the output of sessions that ask (enableLog) in this directory as their logName or <session-id>.log, served at /logs/")
+	fs.BoolVar(&c.launch.SaveAllLogs, "save-all-logs", false, "With -log-output-dir, keep every session's log, asked or not")
 	fs.BoolVar(&c.disableDocker, "disable-docker", false, "Run browsers as local driver processes (image = command line) and never connect to Docker")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit")
 	fs.DurationVar(&c.gracefulPeriod, "graceful-period", 300*time.Second, "On SIGTERM, how long live sessions may run on before they are ended")
@@ -172,8 +172,9 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	c.queue.CongestionTimeoutSet = set["queue-congestion-timeout"]
 	c.gate.Limit = c.queue.Limit
 	c.hub.SessionDeleteTimeout = c.launch.StopTimeout
+	c.launch.LogDir = c.logOutputDir
 	c.process.Options, c.docker.Options = c.launch, c.launch
-	c.process.LogDir = c.logOutputDir
+	c.hub.LogDir = c.logOutputDir
 	if c.admins != "" {
 		c.auth.Admins = strings.Split(c.admins, ",")
 	}

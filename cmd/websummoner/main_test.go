@@ -81,14 +81,15 @@ func TestSelenoidCommandLine(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a Selenoid command line was refused: %v", err)
 	}
-	if c.queue.Limit != 2 || !c.queue.Disabled || !c.process.CaptureLogs || !c.disableDocker || c.docker.Mem != "1g" {
+	if c.queue.Limit != 2 || !c.queue.Disabled || !c.process.CaptureLogs || !c.disableDocker || c.docker.Mem != "1g" ||
+		!c.process.SaveAllLogs || !c.docker.SaveAllLogs || c.process.LogDir != "logs" || c.docker.LogDir != "logs" || c.hub.LogDir != "logs" {
 		t.Fatalf("values not bound: %+v", c)
 	}
 	var ignored []string
 	for _, s := range c.ignored {
 		ignored = append(ignored, s.name)
 	}
-	want := "enable-file-upload save-all-logs disable-privileged log-conf video-output-dir video-recorder-image"
+	want := "enable-file-upload disable-privileged log-conf video-output-dir video-recorder-image"
 	if strings.Join(ignored, " ") != want {
 		t.Fatalf("ignored %v, want %s", ignored, want)
 	}

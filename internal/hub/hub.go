@@ -58,6 +58,8 @@ type Options struct {
 	// RetryCount is -retry-count: attempts to start a browser for one request.
 	// Zero: 1.
 	RetryCount int
+	// LogDir is -log-output-dir, served at /logs/. Empty: /logs/ lists nothing.
+	LogDir string
 	// MaxUploadSize is -max-upload-size: the largest file upload (Selenium's
 	// /se/file or /file body) passed to a driver. Zero: DefaultMaxUploadSize.
 	MaxUploadSize int64
@@ -285,6 +287,8 @@ func (h *Hub) routes() *mux.Router {
 		sr.HandleFunc("/session/{id}", h.proxyCommand)
 		sr.PathPrefix("/session/{id}/").HandlerFunc(h.proxyCommand)
 	}
+	r.HandleFunc("/logs/", h.logs)
+	r.HandleFunc("/logs/{name}", h.logs)
 	r.HandleFunc("/download/{id}/", h.downloads)
 	r.HandleFunc("/download/{id}/{file}", h.downloads)
 	r.HandleFunc("/clipboard/{id}", h.clipboard)

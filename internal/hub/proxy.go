@@ -114,6 +114,11 @@ func (h *Hub) begin(w http.ResponseWriter, r *http.Request) (*session.Session, b
 	if err != nil {
 		id = mux.Vars(r)["id"]
 	}
+	return h.beginID(w, r, id)
+}
+
+// beginID is begin for a session id the caller has already read.
+func (h *Hub) beginID(w http.ResponseWriter, r *http.Request, id string) (*session.Session, bool) {
 	if s, ok := h.sessions.Begin(id); ok {
 		if h.sees(r, s) {
 			return s, true

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -43,6 +44,15 @@ type Endpoints struct {
 	Files *url.URL
 	// Clipboard is the clipboard service (port 9090).
 	Clipboard *url.URL
+	// Log follows the driver's (or container's) output while the session runs.
+	Log LogSource
+}
+
+// LogSource is a session's live output.
+type LogSource interface {
+	// Follow writes the output from now on to w until ctx ends or the output
+	// does; what was written before is not repeated.
+	Follow(ctx context.Context, w io.Writer) error
 }
 
 // Instance is one running browser and its driver.
@@ -132,6 +142,26 @@ type Options struct {
 	// Instance names this hub; what it starts carries the name, so what an earlier
 	// run of the same name left is found and removed. Empty means DefaultInstance.
 	Instance string
+	// LogDir is -log-output-dir: a session's output is kept there, as its
+	// logName or <session-id>.log, when it asked (enableLog) or SaveAllLogs.
+	// Empty: no log files.
+	LogDir string
+	// SaveAllLogs is -save-all-logs: keep every session's log, asked or not.
+	SaveAllLogs bool
+}
+
+// KeepLog says whether a session's output goes to a file.
+func (o Options) KeepLog(opts webdriver.Options) bool {
+	return o.LogDir != "" && (opts.EnableLog || o.SaveAllLogs)
+}
+
+// LogFile is the file a kept log is finally named: the client's logName, or
+// <session-id>.log.
+func LogFile(opts webdriver.Options, sessionID string) string {
+	if opts.LogName != "" {
+		return opts.LogName
+	}
+	return sessionID + ".log"
 }
 
 // WithDefaults returns o with every zero field set to its default.

@@ -164,6 +164,14 @@ func (r *Registry) Add(s *Session, slot Releaser) error {
 	return nil
 }
 
+// Get looks a live session up without holding its idle timer.
+func (r *Registry) Get(id string) (*Session, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.sessions[id]
+	return s, ok
+}
+
 // Begin looks a session up for a command and holds its idle timer until Done.
 func (r *Registry) Begin(id string) (*Session, bool) {
 	r.mu.Lock()

@@ -205,6 +205,10 @@ type Options struct {
 	ScreenResolution string            `json:"screenResolution,omitempty"`
 	TimeZone         string            `json:"timeZone,omitempty"`
 	EnableVNC        bool              `json:"enableVNC,omitempty"`
+	// EnableLog keeps the session's driver output in -log-output-dir, as LogName
+	// or <session-id>.log.
+	EnableLog bool   `json:"enableLog,omitempty"`
+	LogName   string `json:"logName,omitempty"`
 
 	// Per-session networking (Selenoid's names); containers only.
 	HostsEntries          []string `json:"hostsEntries,omitempty"`          // "host:ip" lines for /etc/hosts
@@ -233,14 +237,14 @@ func (o Options) Networking() []string {
 // websummoner:options or selenoid:options is refused rather than ignored.
 var knownOptions = map[string]bool{"name": true, "sessionTimeout": true, "env": true, "labels": true, "screenResolution": true,
 	"timeZone": true, "enableVNC": true, "hostsEntries": true, "dnsServers": true, "additionalNetworks": true,
-	"applicationContainers": true, "containerHostname": true}
+	"applicationContainers": true, "containerHostname": true, "enableLog": true, "logName": true}
 
 // notYetOptions are Selenoid options the hub does not implement yet: false or
 // empty is accepted, anything else refused, saying so.
 var notYetOptions = map[string]string{
 	"enableVideo": "video recording", "videoName": "video recording", "videoScreenSize": "video recording",
-	"videoFrameRate": "video recording", "videoCodec": "video recording", "enableLog": "session logs over HTTP",
-	"logName": "session logs over HTTP", "s3KeyPattern": "S3 upload", "skin": "emulator skins",
+	"videoFrameRate": "video recording", "videoCodec": "video recording",
+	"s3KeyPattern": "S3 upload", "skin": "emulator skins",
 }
 
 // maxSessionTimeout bounds a client's sessionTimeout before -max-timeout caps it,
@@ -322,6 +326,9 @@ func parseOptions(caps map[string]any, legacyTopLevel bool) (Options, error) {
 	}
 	if err := checkNetworking(key, o); err != nil {
 		return o, err
+	}
+	if n := o.LogName; n != "" && (strings.ContainsAny(n, "/\\") || n == "." || n == ".." || len(n) > 255) {
+		return o, argErr("%s.logName %q must be a file name, without a path", key, n)
 	}
 	if aux.Labels != nil {
 		m, ok := aux.Labels.(map[string]any)

@@ -225,7 +225,7 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 		l.mu.Unlock()
 		return nil, l.startErr(ctx, r.Browser, launcher.PhaseStart, "creating the container", err)
 	}
-	inst := &instance{l: l, id: created.ID, name: cname, exited: make(chan struct{})}
+	inst := &instance{l: l, id: created.ID, name: cname, exited: make(chan struct{}), opts: r.Options}
 	l.mu.Lock()
 	l.live[created.ID] = inst
 	delete(l.creating, cname)
@@ -237,6 +237,7 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 		_ = l.removeNow(context.WithoutCancel(ctx), inst)
 		return nil, err
 	}
+	endpoints.Log = inst
 	l.mu.Lock()
 	inst.endpoints = endpoints
 	l.mu.Unlock()

@@ -1,12 +1,15 @@
 package docker
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -370,6 +373,43 @@ func TestStopReportsFailure(t *testing.T) {
 	}
 	if n := l.Sweep(context.Background()); n != 1 {
 		t.Fatalf("sweep removed %d containers, want the one Stop left", n)
+	}
+}
+
+// A container's output: followed live, and kept in -log-output-dir as logName
+// when the session asked (enableLog).
+func TestContainerLogs(t *testing.T) {
+	dir := t.TempDir()
+	l, _ := newLauncher(t, Options{Options: launcher.Options{LogDir: dir}}, nil)
+	r := stubRequest("WDSTUB_LOG_REQUESTS=true")
+	r.Options = webdriver.Options{EnableLog: true, LogName: "kept.log"}
+	inst, err := l.Start(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.SessionCreated("s-1", nil)
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { inst.Endpoints().Log.Follow(ctx, pw); pw.Close() }()
+	lines := bufio.NewScanner(pr)
+	go func() {
+		for i := 0; i < 100 && ctx.Err() == nil; i++ {
+			if resp, err := http.Get(inst.Endpoints().Driver.JoinPath("status").String()); err == nil {
+				resp.Body.Close()
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	if !lines.Scan() || !strings.Contains(lines.Text(), "wdstub: GET /status") {
+		t.Fatalf("followed %q", lines.Text())
+	}
+	cancel()
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "kept.log"))
+	if err != nil || !strings.Contains(string(data), "wdstub: listening on") {
+		t.Fatalf("kept log %q: %v", data, err)
 	}
 }
 

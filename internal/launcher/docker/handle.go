@@ -3,9 +3,19 @@ package docker
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"sync"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
 // instance is one browser container: the handle the hub holds for a session.
@@ -20,6 +30,8 @@ type instance struct {
 	reason    string
 	stop      sync.Once
 	stopErr   error
+	opts      webdriver.Options // the client's options: enableLog, logName
+	sessionID string
 }
 
 func (i *instance) exit(reason string) {
@@ -35,9 +47,57 @@ func (i *instance) Endpoints() launcher.Endpoints { return i.endpoints }
 func (i *instance) Exited() <-chan struct{}       { return i.exited }
 func (i *instance) Describe() string              { return shortID(i.id) }
 
-// SessionCreated needs nothing: the container is labelled at creation, and its
-// side services are the image's contract ports.
-func (i *instance) SessionCreated(string, json.RawMessage) {}
+// SessionCreated keeps the session id, the name of a kept log; the container is
+// labelled at creation and its side services are the image's contract ports.
+func (i *instance) SessionCreated(id string, _ json.RawMessage) {
+	i.mu.Lock()
+	i.sessionID = id
+	i.mu.Unlock()
+}
+
+// Follow streams the container's output from now on (stdout and stderr).
+func (i *instance) Follow(ctx context.Context, w io.Writer) error {
+	rc, err := i.l.engine.ContainerLogs(ctx, i.id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: true,
+		Since: sinceNow()})
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	_, err = stdcopy.StdCopy(w, w, rc)
+	return err
+}
+
+// sinceNow is the engine's "since" for now, to the nanosecond: a second's
+// precision would repeat what was written in it.
+func sinceNow() string {
+	now := time.Now()
+	return fmt.Sprintf("%d.%09d", now.Unix(), now.Nanosecond())
+}
+
+// keepLog writes the container's whole output to -log-output-dir, when the
+// session asked for it (or -save-all-logs), before the container goes.
+func (i *instance) keepLog(ctx context.Context) error {
+	i.mu.Lock()
+	id := i.sessionID
+	i.mu.Unlock()
+	if !i.l.opts.KeepLog(i.opts) || id == "" {
+		return nil
+	}
+	rc, err := i.l.engine.ContainerLogs(ctx, i.id, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		return fmt.Errorf("reading the container's log: %w", err)
+	}
+	defer rc.Close()
+	f, err := os.Create(filepath.Join(i.l.opts.LogDir, launcher.LogFile(i.opts, id)))
+	if err != nil {
+		return fmt.Errorf("keeping the log: %w", err)
+	}
+	_, err = stdcopy.StdCopy(f, f, rc)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
 
 func (i *instance) ExitReason() string {
 	i.mu.Lock()
@@ -48,10 +108,14 @@ func (i *instance) ExitReason() string {
 	return i.reason
 }
 
-// Stop removes the container, within ctx and -session-delete-timeout. A removal
-// that fails is returned and left to the sweep.
+// Stop keeps the container's log if asked, then removes the container, within
+// ctx and -session-delete-timeout. A removal that fails is returned and left to
+// the sweep.
 func (i *instance) Stop(ctx context.Context) error {
-	i.stop.Do(func() { i.stopErr = i.l.removeNow(ctx, i) })
+	i.stop.Do(func() {
+		logErr := i.keepLog(ctx)
+		i.stopErr = errors.Join(logErr, i.l.removeNow(ctx, i))
+	})
 	return i.stopErr
 }
 

@@ -27,6 +27,7 @@ import (
 
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
+	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
 // MarkerEnv is set in every driver's environment, and so inherited by the browser
@@ -43,8 +44,6 @@ type Options struct {
 	launcher.Options
 	// CaptureLogs copies each driver's output into the hub's log (-capture-driver-logs).
 	CaptureLogs bool
-	// LogDir, if set, keeps each driver's output in LogDir/<session-id>.log (-log-output-dir).
-	LogDir string
 	// DownloadDir is where each session gets a download directory of its own,
 	// served by the hub (/download/{id}/). Empty: the system's temporary
 	// directory.
@@ -151,8 +150,11 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 		endpoints: launcher.Endpoints{
 			Driver: &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port), Path: r.Browser.Path},
 		},
-		tail: &tailBuffer{max: 4096},
+		tail:  &tailBuffer{max: 4096},
+		log:   launcher.NewBroadcast(),
+		rOpts: r.Options,
 	}
+	inst.endpoints.Log = inst.log
 	downloads := filepath.Join(l.downloadRoot(), hex.EncodeToString(token))
 	if err := os.MkdirAll(downloads, 0o700); err != nil {
 		l.freePort(port)
@@ -166,11 +168,11 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	cmd.Env = append(append(os.Environ(), launcher.Env(r)...), MarkerEnv+"="+inst.marker)
 	// Own process group, so Stop reaches the browser too; killed with the hub.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	var out io.Writer = inst.tail
+	var out io.Writer = io.MultiWriter(inst.tail, inst.log)
 	if l.opts.CaptureLogs {
 		out = io.MultiWriter(out, &lineLogger{log: l.log, id: r.ID})
 	}
-	if l.opts.LogDir != "" {
+	if l.opts.KeepLog(r.Options) {
 		f, err := os.CreateTemp(l.opts.LogDir, "driver-*.log")
 		if err != nil {
 			inst.discard()
@@ -201,6 +203,7 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	go func() {
 		_, _ = io.Copy(out, pr)
 		pr.Close()
+		inst.log.Close()
 		close(inst.outDone)
 	}()
 	inst.cmd = cmd
@@ -258,6 +261,8 @@ type instance struct {
 	// DevTools address itself, in its capabilities.
 	endpoints launcher.Endpoints
 	tail      *tailBuffer
+	log       *launcher.Broadcast // the driver's output, live
+	rOpts     webdriver.Options   // the client's options: enableLog, logName
 	logFile   *os.File
 	// downloads is the session's own download directory, removed at Stop.
 	downloads string
@@ -320,7 +325,7 @@ func (i *instance) SessionCreated(id string, caps json.RawMessage) {
 	if i.logFile == nil {
 		return
 	}
-	_ = os.Rename(i.logFile.Name(), filepath.Join(filepath.Dir(i.logFile.Name()), id+".log"))
+	_ = os.Rename(i.logFile.Name(), filepath.Join(filepath.Dir(i.logFile.Name()), launcher.LogFile(i.rOpts, id)))
 }
 
 // Stop sends SIGINT to the driver's group, waits up to -session-delete-timeout (or

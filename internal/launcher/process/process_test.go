@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/launcher/launchertest"
 	"github.com/websummoner/websummoner/internal/logtest"
+	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
 // These tests run real processes: the repository's stub WebDriver, built once.
@@ -316,19 +318,79 @@ func TestSweep(t *testing.T) {
 	a.Stop(context.Background())
 }
 
+// Selenoid's rule: a session's log is kept when it asks (enableLog, as its
+// logName) or with -save-all-logs (as <session-id>.log); otherwise not.
 func TestDriverLogsToDir(t *testing.T) {
-	dir := t.TempDir()
-	l := newLauncher(t, Options{LogDir: dir})
-	inst, err := l.Start(context.Background(), req())
+	for _, c := range []struct {
+		name    string
+		saveAll bool
+		opts    webdriver.Options
+		file    string // "" = no file
+	}{
+		{"not asked", false, webdriver.Options{}, ""},
+		{"enableLog", false, webdriver.Options{EnableLog: true}, "abc.log"},
+		{"enableLog with logName", false, webdriver.Options{EnableLog: true, LogName: "mine.log"}, "mine.log"},
+		{"-save-all-logs", true, webdriver.Options{}, "abc.log"},
+	} {
+		dir := t.TempDir()
+		l := newLauncher(t, Options{Options: launcher.Options{LogDir: dir, SaveAllLogs: c.saveAll}})
+		r := req()
+		r.Options = c.opts
+		inst, err := l.Start(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inst.SessionCreated("abc", nil)
+		inst.Stop(context.Background())
+		entries, _ := os.ReadDir(dir)
+		if c.file == "" {
+			if len(entries) != 0 {
+				t.Errorf("%s: files kept: %v", c.name, entries)
+			}
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, c.file))
+		if err != nil || !strings.Contains(string(data), "wdstub: listening on") || len(entries) != 1 {
+			t.Errorf("%s: log %q, %v, files %v", c.name, data, err, entries)
+		}
+	}
+}
+
+// The driver's output can be followed live, from the moment one follows.
+func TestFollowDriverOutput(t *testing.T) {
+	l := newLauncher(t, Options{})
+	inst, err := l.Start(context.Background(), req("-log-requests"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	inst.SessionCreated("abc", nil)
-	inst.Stop(context.Background())
-	data, err := os.ReadFile(filepath.Join(dir, "abc.log"))
-	if err != nil || !strings.Contains(string(data), "wdstub: listening on") {
-		t.Fatalf("log %q, %v", data, err)
+	var out strings.Builder
+	done := make(chan error, 1)
+	go func() { done <- inst.Endpoints().Log.Follow(context.Background(), &syncWriter{b: &out}) }()
+	for i := 0; !strings.Contains(out.String(), "wdstub: GET /status") && i < 200; i++ {
+		// Each request is a line of the driver's output; the first may precede the follower.
+		if resp, err := http.Get(inst.Endpoints().Driver.JoinPath("status").String()); err == nil {
+			resp.Body.Close()
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
+	if !strings.Contains(out.String(), "wdstub: GET /status") {
+		t.Fatalf("followed output %q", out.String())
+	}
+	inst.Stop(context.Background())
+	if err := <-done; err != nil {
+		t.Fatalf("follow after the driver ended: %v", err)
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	b  *strings.Builder
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
 }
 
 func TestCaptureDriverLogs(t *testing.T) {

@@ -1,0 +1,97 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/gorilla/mux"
+	"golang.org/x/net/websocket"
+
+	"github.com/websummoner/websummoner/internal/webdriver"
+)
+
+// Session logs, as Selenoid serves them:
+//
+//	GET    /logs/          the kept log files (?json: a JSON array of names; else HTML)
+//	GET    /logs/{file}    one file
+//	DELETE /logs/{file}    remove it
+//	GET    /logs/{id}      a live session's output while it runs: a WebSocket of
+//	                       text messages (selenoid-ui), or a streamed text/plain body
+
+// logs serves /logs/ and /logs/{name}.
+func (h *Hub) logs(w http.ResponseWriter, r *http.Request) {
+	name, err := url.PathUnescape(mux.Vars(r)["name"])
+	if err != nil || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
+		webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument,
+			fmt.Sprintf("%q is not a log file name: names have no path, no \"..\"", mux.Vars(r)["name"]))
+		return
+	}
+	if name != "" {
+		if s, ok := h.sessions.Get(name); ok {
+			h.followLog(w, r, s.ID)
+			return
+		}
+	}
+	// Files of every user's sessions are the operator's to serve.
+	if h.opts.Auth != nil && h.opts.Auth.Enabled() && !h.opts.Auth.Admin(userOf(r)) {
+		webdriver.WriteError(w, http.StatusForbidden, webdriver.ErrUnknownError, "session log files are served to -admin-users only; follow your live session at /logs/{session-id}")
+		return
+	}
+	if h.opts.LogDir == "" {
+		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation, "no session logs are kept: start the hub with -log-output-dir (and enableLog, or -save-all-logs)")
+		return
+	}
+	h.localDownloads(w, r, h.opts.LogDir, name)
+}
+
+// followLog streams a live session's output.
+func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {
+	s, ok := h.beginID(w, r, id)
+	if !ok {
+		return
+	}
+	defer h.sessions.Done(s)
+	src := s.Endpoints().Log
+	if src == nil {
+		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation, fmt.Sprintf("session %s has no live output to follow", id))
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.Ended():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		websocket.Server{Handshake: func(*websocket.Config, *http.Request) error { return nil }, Handler: func(c *websocket.Conn) {
+			c.PayloadType = websocket.TextFrame
+			go func() { // a closed socket ends the follow
+				_, _ = io.Copy(io.Discard, c)
+				cancel()
+			}()
+			_ = src.Follow(ctx, c)
+			c.Close()
+		}}.ServeHTTP(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	_ = src.Follow(ctx, flushWriter{w})
+}
+
+// flushWriter sends each write at once.
+type flushWriter struct{ w http.ResponseWriter }
+
+func (f flushWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	_ = http.NewResponseController(f.w).Flush()
+	return n, err
+}

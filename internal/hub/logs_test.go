@@ -1,0 +1,92 @@
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/websocket"
+
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/queue"
+)
+
+type loggingInstance struct {
+	*stubInstance
+	log *launcher.Broadcast
+}
+
+func (i loggingInstance) Endpoints() launcher.Endpoints {
+	e := i.stubInstance.Endpoints()
+	e.Log = i.log
+	return e
+}
+
+type loggingLauncher struct {
+	*stubLauncher
+	log *launcher.Broadcast
+}
+
+func (l loggingLauncher) Start(ctx context.Context, r launcher.Request) (launcher.Instance, error) {
+	inst, err := l.stubLauncher.Start(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return loggingInstance{inst.(*stubInstance), l.log}, nil
+}
+
+// /logs/: kept files listed, served and removed; /logs/{id}: a live session's
+// output over a WebSocket, the socket closing when the session ends.
+func TestSessionLogs(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "old-session.log"), []byte("line one\n"), 0o644)
+	l := &stubLauncher{}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{LogDir: dir}, l)
+	out := launcher.NewBroadcast()
+	f.hub.launchers.Process = loggingLauncher{l, out}
+	var names []string
+	resp, err := http.Get(f.srv.URL + "/logs/?json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&names)
+	resp.Body.Close()
+	if len(names) != 1 || names[0] != "old-session.log" {
+		t.Fatalf("listing %v", names)
+	}
+	if r, err := http.Get(f.srv.URL + "/logs/old-session.log"); err != nil || r.StatusCode != 200 {
+		t.Fatalf("file: %v %v", r, err)
+	}
+	if resp, body := f.do("GET", "/logs/..%2Fx", ""); resp.StatusCode != 400 {
+		t.Fatalf("traversal: %d %v", resp.StatusCode, body)
+	}
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	ws, err := websocket.Dial(strings.Replace(f.srv.URL, "http", "ws", 1)+"/logs/"+id, "", "http://localhost/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	time.Sleep(50 * time.Millisecond) // the follower is in place
+	out.Write([]byte("driver says hello\n"))
+	ws.SetDeadline(time.Now().Add(5 * time.Second))
+	var msg string
+	if err := websocket.Message.Receive(ws, &msg); err != nil || msg != "driver says hello\n" {
+		t.Fatalf("live log: %q %v", msg, err)
+	}
+	f.do("DELETE", "/session/"+id, "")
+	if err := websocket.Message.Receive(ws, &msg); err == nil {
+		t.Fatal("the log socket outlived its session")
+	}
+	if resp, _ := f.do("DELETE", "/logs/old-session.log", ""); resp.StatusCode != 200 {
+		t.Fatal("delete")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "old-session.log")); err == nil {
+		t.Fatal("not deleted")
+	}
+}
