@@ -178,3 +178,34 @@ func TestDockerCDPThroughHub(t *testing.T) {
 	call(t, "DELETE", d.url+"/wd/hub/session/"+r.Value.SessionID, "")
 	d.assertClean(t)
 }
+
+// WebDriver BiDi into the Chromium container.
+func TestDockerBiDiThroughHub(t *testing.T) {
+	requireRealParts(t)
+	requireDocker(t)
+	d := startDockerHub(t, instanceFor(t), "-limit", "1")
+	r := call(t, "POST", d.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","webSocketUrl":true}}}`)
+	if r.status != 200 {
+		t.Fatalf("create: %+v", r)
+	}
+	bidi, _ := r.caps["webSocketUrl"].(string)
+	ws, err := websocket.Dial(bidi, "", "http://localhost/")
+	if err != nil {
+		t.Fatalf("dial %q: %v", bidi, err)
+	}
+	defer ws.Close()
+	ws.SetDeadline(time.Now().Add(30 * time.Second))
+	websocket.JSON.Send(ws, map[string]any{"id": 1, "method": "session.status", "params": map[string]any{}})
+	var msg map[string]any
+	for msg["id"] != 1.0 {
+		msg = nil
+		if err := websocket.JSON.Receive(ws, &msg); err != nil {
+			t.Fatalf("session.status over BiDi: %v", err)
+		}
+	}
+	if msg["type"] != "success" {
+		t.Fatalf("session.status: %v", msg)
+	}
+	call(t, "DELETE", d.url+"/wd/hub/session/"+r.Value.SessionID, "")
+	d.assertClean(t)
+}

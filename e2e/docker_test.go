@@ -83,7 +83,8 @@ func startDockerHub(t *testing.T, instance string, args ...string) *dockerHub {
   "ghost": {"default": "1", "versions": {"1": {"image": "websummoner/ghost:none", "port": "4444"}}},
   "chrome": {"default": "156.0", "versions": {"156.0": {"image": %q, "port": "4444", "path": "/", "shmSize": 268435456,
     "caps": {"goog:chromeOptions": {"args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync", "--remote-debugging-port=9222"]}}}}}
+      "--disable-background-networking", "--disable-component-update", "--disable-sync", "--remote-debugging-port=9222"],
+      "prefs": {"download.default_directory": "/home/selenium/Downloads", "download.prompt_for_download": false}}}}}}
 }`, stubTag, stubTag, chromeTag)
 	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
@@ -183,6 +184,19 @@ func newSession(t *testing.T, d *dockerHub, browser string) wdResponse {
 	return call(t, "POST", d.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"`+browser+`"}}}`)
 }
 
+// servePageIn serves the test page (and its download) on 127.0.0.1:port inside
+// a browser container's own network namespace: a stub container joined to it,
+// so no traffic leaves loopback. It is removed with the test.
+func servePageIn(t *testing.T, browser string, port int) {
+	t.Helper()
+	out, err := exec.Command("docker", "run", "-d", "--rm", "--network", "container:"+browser, stubTag, "-port", strconv.Itoa(port), "-serve-page").CombinedOutput()
+	if err != nil {
+		t.Fatalf("page container: %v %s", err, out)
+	}
+	id := strings.TrimSpace(string(out))
+	t.Cleanup(func() { exec.Command("docker", "rm", "-f", id).Run() })
+}
+
 func instanceFor(t *testing.T) string {
 	return "e2e-" + strings.ToLower(regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(t.Name(), "-")) + strconv.Itoa(os.Getpid())
 }
@@ -211,12 +225,7 @@ func TestDockerRealChromium(t *testing.T) {
 	if len(browser) != 1 {
 		t.Fatalf("want one browser container, got %v", browser)
 	}
-	out, err := exec.Command("docker", "run", "-d", "--rm", "--network", "container:"+browser[0], stubTag, "-port", "8080", "-serve-page").CombinedOutput()
-	if err != nil {
-		t.Fatalf("page container: %v %s", err, out)
-	}
-	page := strings.TrimSpace(string(out))
-	defer exec.Command("docker", "rm", "-f", page).Run()
+	servePageIn(t, browser[0], 8080)
 	fmt.Fprintln(stdin, "go")
 	var lines []string
 	for sc.Scan() {
@@ -230,7 +239,6 @@ func TestDockerRealChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkResult(t, r, shot)
-	exec.Command("docker", "rm", "-f", page).Run()
 	d.assertClean(t)
 }
 

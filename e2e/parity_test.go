@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/websummoner/websummoner/internal/wdstub"
 )
 
 // Per-session networking in Docker mode, in real Chromium: a hostsEntries name
@@ -34,11 +36,7 @@ func TestDockerSessionNetworking(t *testing.T) {
 	}
 	id := r.Value.SessionID
 	browser := containers(t, d.instance)[0]
-	out, err := exec.Command("docker", "run", "-d", "--rm", "--network", "container:"+browser, stubTag, "-port", "8080", "-serve-page").CombinedOutput()
-	if err != nil {
-		t.Fatalf("page container: %v %s", err, out)
-	}
-	defer exec.Command("docker", "rm", "-f", strings.TrimSpace(string(out))).Run()
+	servePageIn(t, browser, 8080)
 	if r := call(t, "POST", d.url+"/wd/hub/session/"+id+"/url", `{"url":"http://wsapp.test:8080/"}`); r.status != 200 {
 		t.Fatalf("navigate to the hosts entry: %+v", r)
 	}
@@ -126,11 +124,7 @@ func TestDockerFileUpload(t *testing.T) {
 		t.Fatal("client printed nothing")
 	}
 	browser := containers(t, d.instance)[0]
-	out, err := exec.Command("docker", "run", "-d", "--rm", "--network", "container:"+browser, stubTag, "-port", "8080", "-serve-page").CombinedOutput()
-	if err != nil {
-		t.Fatalf("page container: %v %s", err, out)
-	}
-	defer exec.Command("docker", "rm", "-f", strings.TrimSpace(string(out))).Run()
+	servePageIn(t, browser, 8080)
 	fmt.Fprintln(stdin, "go")
 	var last string
 	for sc.Scan() {
@@ -201,4 +195,34 @@ func TestDownloadsLocalDriver(t *testing.T) {
 	call(t, "DELETE", h.url+"/wd/hub/session/"+id, "")
 	call(t, "DELETE", h.url+"/wd/hub/session/"+other, "")
 	h.stop(t)
+}
+
+// A download in the Chromium container: the browser saves into the image's
+// download directory, the image's file server (port 8080) serves it, the hub
+// proxies /download/{id}/.
+func TestDockerDownloads(t *testing.T) {
+	requireRealParts(t)
+	requireDocker(t)
+	d := startDockerHub(t, instanceFor(t), "-limit", "1")
+	r := call(t, "POST", d.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome"}}}`)
+	if r.status != 200 {
+		t.Fatalf("create: %+v", r)
+	}
+	id := r.Value.SessionID
+	browser := containers(t, d.instance)[0]
+	servePageIn(t, browser, 8081)
+	time.Sleep(500 * time.Millisecond) // the page server listens
+	call(t, "POST", d.url+"/wd/hub/session/"+id+"/url", `{"url":"http://127.0.0.1:8081/`+wdstub.TestDownloadName+`"}`)
+	var names []string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && len(names) == 0; time.Sleep(200 * time.Millisecond) {
+		json.Unmarshal(rawCall(t, "GET", d.url+"/download/"+id+"/?json", ""), &names)
+	}
+	if len(names) != 1 || names[0] != wdstub.TestDownloadName {
+		t.Fatalf("downloads in the container: %v", names)
+	}
+	if got := string(rawCall(t, "GET", d.url+"/download/"+id+"/"+wdstub.TestDownloadName, "")); got != wdstub.TestDownload {
+		t.Fatalf("fetched %q", got)
+	}
+	call(t, "DELETE", d.url+"/wd/hub/session/"+id, "")
+	d.assertClean(t)
 }

@@ -109,7 +109,13 @@ func main() {
 		})
 	}
 	if *page {
-		h = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/"+wdstub.TestDownloadName { // a file the browser saves
+				w.Header().Set("Content-Type", "application/octet-stream")
+				w.Header().Set("Content-Disposition", `attachment; filename="`+wdstub.TestDownloadName+`"`)
+				fmt.Fprint(w, wdstub.TestDownload)
+				return
+			}
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			fmt.Fprint(w, wdstub.TestPage)
 		})

@@ -6,7 +6,7 @@
 # Prints the image tag on its last line.
 set -euo pipefail
 cd "$(dirname "$0")"
-hash=$(sha256sum build.sh entrypoint.sh | sha256sum | cut -c1-12)
+hash=$(sha256sum build.sh entrypoint.sh ../../cmd/fileserver/main.go | sha256sum | cut -c1-12)
 tag="websummoner/chromium:bookworm-$hash"
 if docker image inspect "$tag" >/dev/null 2>&1; then
   echo "$tag"
@@ -35,9 +35,12 @@ chroot "$root" apt-get clean
 umount "$root/proc"
 rm -rf "$root/var/lib/apt/lists/"* "$root/usr/share/doc" "$root/usr/share/man" "$root/etc/resolv.conf"
 install -m 0755 entrypoint.sh "$root/usr/local/bin/entrypoint"
+# The file server of Selenoid's contract (port 8080), built from this repo.
+(cd ../.. && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$root/usr/local/bin/fileserver" ./cmd/fileserver)
+mkdir -p "$root/home/selenium/Downloads"
 tar -C "$root" -c . | docker import \
   --change 'ENTRYPOINT ["/usr/local/bin/entrypoint"]' \
-  --change 'EXPOSE 4444 7070' \
+  --change 'EXPOSE 4444 7070 8080' \
   --change 'ENV LANG=C.UTF-8' \
   - "$tag" >&2
 echo "$tag"

@@ -5,4 +5,6 @@
 # binds its debugging port (9222, set by the browsers.json caps) to the
 # container's loopback only, so socat carries 7070 to it.
 socat TCP-LISTEN:7070,fork,reuseaddr TCP:127.0.0.1:9222 &
+# Downloads (browsers.json sets Chromium's download directory to it) on 8080.
+/usr/local/bin/fileserver -dir /home/selenium/Downloads -listen :8080 &
 exec /usr/bin/chromedriver --port=4444 --allowed-ips= --allowed-origins='*' "$@"

@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -39,37 +38,11 @@ func fakeDevTools(t *testing.T) *httptest.Server {
 	return srv
 }
 
-// devtoolsLauncher gives every instance a DevTools endpoint.
-type devtoolsLauncher struct {
-	*stubLauncher
-	dt *url.URL
-}
-
-type devtoolsInstance struct {
-	*stubInstance
-	dt *url.URL
-}
-
-func (i devtoolsInstance) Endpoints() launcher.Endpoints {
-	e := i.stubInstance.Endpoints()
-	e.DevTools = i.dt
-	return e
-}
-
-func (l devtoolsLauncher) Start(ctx context.Context, r launcher.Request) (launcher.Instance, error) {
-	inst, err := l.stubLauncher.Start(ctx, r)
-	if err != nil {
-		return nil, err
-	}
-	return devtoolsInstance{inst.(*stubInstance), l.dt}, nil
-}
-
 func TestDevToolsThroughHub(t *testing.T) {
 	dt := fakeDevTools(t)
-	l := &stubLauncher{}
-	f := newFixture(t, queue.Options{Limit: 2}, Options{}, l)
 	dtURL, _ := url.Parse(dt.URL)
-	f.hub.launchers.Process = devtoolsLauncher{l, dtURL}
+	l := &stubLauncher{sides: func(e *launcher.Endpoints) { e.DevTools = dtURL }}
+	f := newFixture(t, queue.Options{Limit: 2}, Options{}, l)
 	_, body := f.do("POST", "/session", w3cChrome)
 	v := body["value"].(map[string]any)
 	id, caps := v["sessionId"].(string), v["capabilities"].(map[string]any)
@@ -111,7 +84,7 @@ func TestDevToolsThroughHub(t *testing.T) {
 	if code, _ := errOf(body); resp.StatusCode != 404 || code != "invalid session id" {
 		t.Fatalf("unknown session: %d %v", resp.StatusCode, body)
 	}
-	f.hub.launchers.Process = l
+	l.sides = nil
 	_, body = f.do("POST", "/session", w3cChrome)
 	id = body["value"].(map[string]any)["sessionId"].(string)
 	if _, ok := body["value"].(map[string]any)["capabilities"].(map[string]any)["se:cdp"]; ok {

@@ -49,6 +49,8 @@ type stubLauncher struct {
 	startErr error
 	// panics makes Start panic, as a bug would.
 	panics bool
+	// sides, if set, adds side services to each instance's endpoints.
+	sides func(*launcher.Endpoints)
 }
 
 type stubInstance struct {
@@ -119,7 +121,11 @@ func (l *stubLauncher) liveCount() int {
 
 func (i *stubInstance) Endpoints() launcher.Endpoints {
 	u, _ := url.Parse(i.url + "/")
-	return launcher.Endpoints{Driver: u}
+	e := launcher.Endpoints{Driver: u}
+	if i.l.sides != nil {
+		i.l.sides(&e)
+	}
+	return e
 }
 func (i *stubInstance) Exited() <-chan struct{}                { return i.exited }
 func (i *stubInstance) ExitReason() string                     { return "driver process ended: signal: killed" }

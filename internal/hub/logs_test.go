@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -16,39 +15,14 @@ import (
 	"github.com/websummoner/websummoner/internal/queue"
 )
 
-type loggingInstance struct {
-	*stubInstance
-	log *launcher.Broadcast
-}
-
-func (i loggingInstance) Endpoints() launcher.Endpoints {
-	e := i.stubInstance.Endpoints()
-	e.Log = i.log
-	return e
-}
-
-type loggingLauncher struct {
-	*stubLauncher
-	log *launcher.Broadcast
-}
-
-func (l loggingLauncher) Start(ctx context.Context, r launcher.Request) (launcher.Instance, error) {
-	inst, err := l.stubLauncher.Start(ctx, r)
-	if err != nil {
-		return nil, err
-	}
-	return loggingInstance{inst.(*stubInstance), l.log}, nil
-}
-
 // /logs/: kept files listed, served and removed; /logs/{id}: a live session's
 // output over a WebSocket, the socket closing when the session ends.
 func TestSessionLogs(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "old-session.log"), []byte("line one\n"), 0o644)
-	l := &stubLauncher{}
-	f := newFixture(t, queue.Options{Limit: 1}, Options{LogDir: dir}, l)
 	out := launcher.NewBroadcast()
-	f.hub.launchers.Process = loggingLauncher{l, out}
+	l := &stubLauncher{sides: func(e *launcher.Endpoints) { e.Log = out }}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{LogDir: dir}, l)
 	var names []string
 	resp, err := http.Get(f.srv.URL + "/logs/?json")
 	if err != nil {

@@ -23,6 +23,13 @@ const TestPage = `<!doctype html><html><head><title>WebSummoner e2e</title></hea
   const r = new FileReader(); r.onload = () => { document.getElementById("upload").textContent = r.result; };
   r.readAsText(e.target.files[0]); });</script></body></html>`
 
+// TestDownloadName and TestDownload are the file the test page server offers
+// as an attachment, for download tests.
+const (
+	TestDownloadName = "report.txt"
+	TestDownload     = "websummoner download test file\n"
+)
+
 // Options shape the stub's behaviour, for fault injection.
 type Options struct {
 	// NewSessionDelay is how long POST /session takes.
