@@ -11,60 +11,31 @@ import (
 )
 
 // selenoidStatus is GET /status in Selenoid's shape, plus the queue's state.
+// statusSession is Selenoid's session entry, which selenoid-ui reads.
+type statusSession struct {
+	ID        string         `json:"id"`
+	Container string         `json:"container"`
+	Name      string         `json:"name,omitempty"`
+	VNC       bool           `json:"vnc"`
+	Screen    string         `json:"screen"`
+	Started   time.Time      `json:"started"`
+	Caps      map[string]any `json:"caps,omitempty"`
+}
+
+// statusQuota is Selenoid's per-quota entry; the hub has one quota, "unknown".
+type statusQuota struct {
+	Count    int             `json:"count"`
+	Sessions []statusSession `json:"sessions"`
+}
+
 func (h *Hub) selenoidStatus(w http.ResponseWriter, r *http.Request) {
-	// Selenoid's session entry, which selenoid-ui reads.
-	type sess struct {
-		ID        string         `json:"id"`
-		Container string         `json:"container"`
-		Name      string         `json:"name,omitempty"`
-		VNC       bool           `json:"vnc"`
-		Screen    string         `json:"screen"`
-		Started   time.Time      `json:"started"`
-		Caps      map[string]any `json:"caps,omitempty"`
-	}
-	type quota struct {
-		Count    int    `json:"count"`
-		Sessions []sess `json:"sessions"`
-	}
-	browsers := map[string]map[string]map[string]*quota{}
-	conf := h.conf.Browsers()
-	for _, name := range conf.Names() {
-		browsers[name] = map[string]map[string]*quota{}
-		for _, v := range conf.VersionsOf(name) {
-			browsers[name][v] = map[string]*quota{}
-		}
-	}
-	for _, s := range h.sessions.List() {
-		vs := browsers[s.Browser]
-		if vs == nil {
-			vs = map[string]map[string]*quota{}
-			browsers[s.Browser] = vs
-		}
-		if vs[s.Version] == nil {
-			vs[s.Version] = map[string]*quota{}
-		}
-		q := vs[s.Version]["unknown"]
-		if q == nil {
-			q = &quota{}
-			vs[s.Version]["unknown"] = q
-		}
-		q.Count++
-		e := sess{ID: s.ID, Container: s.Instance.Describe(), Name: s.Name, VNC: s.VNC, Screen: s.Screen, Started: s.Started, Caps: selenoidCaps(s)}
-		if !h.sees(r, s) {
-			// Another user's: counted and listed, but its capabilities (env
-			// secrets, proxy credentials, URLs) are theirs.
-			e.Caps, e.Name = nil, ""
-		}
-		q.Sessions = append(q.Sessions, e)
-	}
 	st := h.queue.Stats()
-	pending := int(h.pending.Load())
 	writeJSON(w, http.StatusOK, map[string]any{
 		"total":    st.Limit,
 		"used":     st.InUse,
 		"queued":   st.Waiting,
-		"pending":  pending,
-		"browsers": browsers,
+		"pending":  int(h.pending.Load()),
+		"browsers": h.statusBrowsers(r),
 		"queue": map[string]any{
 			"congested":         st.Congested,
 			"oldestWaitSeconds": st.OldestWait.Seconds(),
@@ -76,6 +47,45 @@ func (h *Hub) selenoidStatus(w http.ResponseWriter, r *http.Request) {
 		"draining": h.draining.Load(),
 		"version":  h.opts.Version,
 	})
+}
+
+// statusBrowsers is every configured browser and version, with the live
+// sessions under each, as the request's user may see them.
+func (h *Hub) statusBrowsers(r *http.Request) map[string]map[string]map[string]*statusQuota {
+	browsers := map[string]map[string]map[string]*statusQuota{}
+	quota := func(name, version string) *statusQuota {
+		if browsers[name] == nil {
+			browsers[name] = map[string]map[string]*statusQuota{}
+		}
+		if browsers[name][version] == nil {
+			browsers[name][version] = map[string]*statusQuota{}
+		}
+		q := browsers[name][version]["unknown"]
+		if q == nil {
+			q = &statusQuota{Sessions: []statusSession{}}
+			browsers[name][version]["unknown"] = q
+		}
+		return q
+	}
+	conf := h.conf.Browsers()
+	for _, name := range conf.Names() {
+		browsers[name] = map[string]map[string]*statusQuota{}
+		for _, v := range conf.VersionsOf(name) {
+			browsers[name][v] = map[string]*statusQuota{} // listed even with no session, as Selenoid does
+		}
+	}
+	for _, s := range h.sessions.List() {
+		q := quota(s.Browser, s.Version)
+		q.Count++
+		e := statusSession{ID: s.ID, Container: s.Instance.Describe(), Name: s.Name, VNC: s.VNC, Screen: s.Screen, Started: s.Started, Caps: selenoidCaps(s)}
+		if !h.sees(r, s) {
+			// Another user's: counted and listed, but its capabilities (env
+			// secrets, proxy credentials, URLs) are theirs.
+			e.Caps, e.Name = nil, ""
+		}
+		q.Sessions = append(q.Sessions, e)
+	}
+	return browsers
 }
 
 // w3cStatus is GET /wd/hub/status: ready when a new session would start now.
