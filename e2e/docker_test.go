@@ -209,7 +209,7 @@ func TestDockerRealChromium(t *testing.T) {
 	requireDocker(t)
 	d := startDockerHub(t, instanceFor(t), "-limit", "2")
 	shot := filepath.Join(t.TempDir(), "docker.png")
-	cmd := exec.Command(python, "testdata/client.py", d.url+"/wd/hub", "http://127.0.0.1:8080/", shot, "0", "wait")
+	cmd := exec.Command(python, "testdata/client.py", d.url+"/wd/hub", "http://127.0.0.1:8090/", shot, "0", "wait")
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -225,7 +225,7 @@ func TestDockerRealChromium(t *testing.T) {
 	if len(browser) != 1 {
 		t.Fatalf("want one browser container, got %v", browser)
 	}
-	servePageIn(t, browser[0], 8080)
+	servePageIn(t, browser[0], 8090)
 	fmt.Fprintln(stdin, "go")
 	var lines []string
 	for sc.Scan() {

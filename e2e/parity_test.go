@@ -36,8 +36,8 @@ func TestDockerSessionNetworking(t *testing.T) {
 	}
 	id := r.Value.SessionID
 	browser := containers(t, d.instance)[0]
-	servePageIn(t, browser, 8080)
-	if r := call(t, "POST", d.url+"/wd/hub/session/"+id+"/url", `{"url":"http://wsapp.test:8080/"}`); r.status != 200 {
+	servePageIn(t, browser, 8090)
+	if r := call(t, "POST", d.url+"/wd/hub/session/"+id+"/url", `{"url":"http://wsapp.test:8090/"}`); r.status != 200 {
 		t.Fatalf("navigate to the hosts entry: %+v", r)
 	}
 	if title := value(t, d.url+"/wd/hub/session/"+id+"/title"); title != "WebSummoner e2e" {
@@ -111,7 +111,7 @@ func TestDockerFileUpload(t *testing.T) {
 	requireDocker(t)
 	d := startDockerHub(t, instanceFor(t), "-limit", "1")
 	const content = "uploaded into a container: 7"
-	cmd := exec.Command(python, "testdata/upload.py", d.url+"/wd/hub", "http://127.0.0.1:8080/", content, "wait")
+	cmd := exec.Command(python, "testdata/upload.py", d.url+"/wd/hub", "http://127.0.0.1:8090/", content, "wait")
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -124,7 +124,7 @@ func TestDockerFileUpload(t *testing.T) {
 		t.Fatal("client printed nothing")
 	}
 	browser := containers(t, d.instance)[0]
-	servePageIn(t, browser, 8080)
+	servePageIn(t, browser, 8090)
 	fmt.Fprintln(stdin, "go")
 	var last string
 	for sc.Scan() {

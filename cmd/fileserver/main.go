@@ -41,7 +41,8 @@ func handler(dir string) http.Handler {
 			entries, _ := os.ReadDir(dir)
 			names := []string{}
 			for _, e := range entries {
-				if e.Type().IsRegular() && !strings.HasSuffix(e.Name(), ".crdownload") {
+				// Chromium's partial (.crdownload) and temporary (dot) files are not downloads yet.
+				if e.Type().IsRegular() && !strings.HasSuffix(e.Name(), ".crdownload") && !strings.HasPrefix(e.Name(), ".") {
 					names = append(names, e.Name())
 				}
 			}

@@ -107,12 +107,12 @@ func (h *Hub) localDownloads(w http.ResponseWriter, r *http.Request, dir, name s
 }
 
 // listFiles names the finished downloads in dir, sorted; Chromium's partial
-// files (.crdownload) are not there yet.
+// (.crdownload) and temporary (dot) files are not downloads yet.
 func listFiles(dir string) []string {
 	entries, _ := os.ReadDir(dir)
 	names := []string{}
 	for _, e := range entries {
-		if e.Type().IsRegular() && !strings.HasSuffix(e.Name(), ".crdownload") {
+		if e.Type().IsRegular() && !strings.HasSuffix(e.Name(), ".crdownload") && !strings.HasPrefix(e.Name(), ".") {
 			names = append(names, e.Name())
 		}
 	}

@@ -363,9 +363,9 @@ func TestFollowDriverOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out strings.Builder
+	out := &syncWriter{b: &strings.Builder{}}
 	done := make(chan error, 1)
-	go func() { done <- inst.Endpoints().Log.Follow(context.Background(), &syncWriter{b: &out}) }()
+	go func() { done <- inst.Endpoints().Log.Follow(context.Background(), out) }()
 	for i := 0; !strings.Contains(out.String(), "wdstub: GET /status") && i < 200; i++ {
 		// Each request is a line of the driver's output; the first may precede the follower.
 		if resp, err := http.Get(inst.Endpoints().Driver.JoinPath("status").String()); err == nil {
@@ -385,6 +385,12 @@ func TestFollowDriverOutput(t *testing.T) {
 type syncWriter struct {
 	mu sync.Mutex
 	b  *strings.Builder
+}
+
+func (w *syncWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
 }
 
 func (w *syncWriter) Write(p []byte) (int, error) {
