@@ -226,3 +226,28 @@ func TestDockerDownloads(t *testing.T) {
 	call(t, "DELETE", d.url+"/wd/hub/session/"+id, "")
 	d.assertClean(t)
 }
+
+// Session logs with real Chromium: a session that asks (enableLog, logName)
+// has its driver's output kept in -log-output-dir and listed and served at
+// /logs/; one that does not, has none.
+func TestSessionLogsLocalDriver(t *testing.T) {
+	requireRealParts(t)
+	dir := t.TempDir()
+	h := startHub(t, "-limit", "1", "-log-output-dir", dir)
+	r := call(t, "POST", h.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"enableLog":true,"logName":"mine.log"}}}}`)
+	if r.status != 200 {
+		t.Fatalf("create: %+v", r)
+	}
+	call(t, "DELETE", h.url+"/wd/hub/session/"+r.Value.SessionID, "")
+	r = call(t, "POST", h.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome"}}}`)
+	call(t, "DELETE", h.url+"/wd/hub/session/"+r.Value.SessionID, "")
+	var names []string
+	json.Unmarshal(rawCall(t, "GET", h.url+"/logs/?json", ""), &names)
+	if len(names) != 1 || names[0] != "mine.log" {
+		t.Fatalf("kept logs: %v", names)
+	}
+	if log := string(rawCall(t, "GET", h.url+"/logs/mine.log", "")); !strings.Contains(log, "ChromeDriver") {
+		t.Fatalf("mine.log holds %q", log)
+	}
+	h.stop(t)
+}

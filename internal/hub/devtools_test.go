@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -78,6 +79,17 @@ func TestDevToolsThroughHub(t *testing.T) {
 	ws.Read(buf) // the greeting
 	if _, err := ws.Read(buf); err == nil || strings.Contains(err.Error(), "timeout") {
 		t.Fatalf("the socket outlived its session: %v", err)
+	}
+	// Nothing of the proxy is left running once its session has ended.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		if !strings.Contains(stacks, "proxySocket") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a side channel's goroutine outlived its session:\n%s", stacks)
+		}
 	}
 	// Errors: unknown session, no DevTools, no BiDi.
 	resp, body := f.do("GET", "/devtools/nope/json/version", "")
