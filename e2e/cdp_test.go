@@ -31,13 +31,35 @@ func newChrome(t *testing.T, hubURL, extra string) (string, map[string]any) {
 func TestCDPThroughHub(t *testing.T) {
 	requireRealParts(t)
 	h := startHub(t, "-limit", "1")
-	page := pageServer(t)
 	id, caps := newChrome(t, h.url, "")
 	cdp, _ := caps["se:cdp"].(string)
 	hubURL, _ := url.Parse(h.url)
 	if cdp != "ws://"+hubURL.Host+"/devtools/"+id+"/" || caps["se:cdpVersion"] == "" {
 		t.Fatalf("se:cdp %q, se:cdpVersion %v", cdp, caps["se:cdpVersion"])
 	}
+	// A raw WebSocket client on /page: the session's own first tab.
+	ws, err := websocket.Dial("ws://"+hubURL.Host+"/devtools/"+id+"/page", "", "http://localhost/")
+	if err != nil {
+		t.Fatalf("dial /page: %v", err)
+	}
+	defer ws.Close()
+	if err := websocket.JSON.Send(ws, map[string]any{"id": 1, "method": "Runtime.evaluate", "params": map[string]any{"expression": "6*7"}}); err != nil {
+		t.Fatal(err)
+	}
+	var answer struct {
+		ID     int
+		Result struct{ Result struct{ Value float64 } }
+	}
+	ws.SetDeadline(time.Now().Add(20 * time.Second))
+	for answer.ID != 1 {
+		if err := websocket.JSON.Receive(ws, &answer); err != nil {
+			t.Fatalf("read /page: %v", err)
+		}
+	}
+	if answer.Result.Result.Value != 42 {
+		t.Fatalf("6*7 over /page = %v", answer.Result.Result.Value)
+	}
+	page := pageServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	alloc, cancelAlloc := chromedp.NewRemoteAllocator(ctx, cdp, chromedp.NoModifyURL)
@@ -61,28 +83,6 @@ func TestCDPThroughHub(t *testing.T) {
 	}
 	cancelTab()
 
-	// A raw WebSocket client on /page.
-	ws, err := websocket.Dial("ws://"+hubURL.Host+"/devtools/"+id+"/page", "", "http://localhost/")
-	if err != nil {
-		t.Fatalf("dial /page: %v", err)
-	}
-	defer ws.Close()
-	if err := websocket.JSON.Send(ws, map[string]any{"id": 1, "method": "Runtime.evaluate", "params": map[string]any{"expression": "6*7"}}); err != nil {
-		t.Fatal(err)
-	}
-	var answer struct {
-		ID     int
-		Result struct{ Result struct{ Value float64 } }
-	}
-	ws.SetDeadline(time.Now().Add(20 * time.Second))
-	for answer.ID != 1 {
-		if err := websocket.JSON.Receive(ws, &answer); err != nil {
-			t.Fatalf("read /page: %v", err)
-		}
-	}
-	if answer.Result.Result.Value != 42 {
-		t.Fatalf("6*7 over /page = %v", answer.Result.Result.Value)
-	}
 	var list []map[string]any
 	if err := json.Unmarshal(rawCall(t, "GET", h.url+"/devtools/"+id+"/json/list", ""), &list); err != nil || len(list) == 0 {
 		t.Fatalf("/json/list: %v %v", list, err)

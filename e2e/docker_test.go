@@ -122,7 +122,7 @@ func (d *dockerHub) assertClean(t *testing.T) {
 	if left := containers(t, d.instance); len(left) != 0 {
 		t.Errorf("containers left: %v", left)
 	}
-	if d.cmd.ProcessState == nil {
+	if !d.exited() {
 		st := d.getJSON(t, "/status")
 		if st["used"] != 0.0 || st["queued"] != 0.0 || st["pending"] != 0.0 {
 			t.Errorf("status not idle: %v", st)

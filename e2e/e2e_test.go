@@ -55,7 +55,8 @@ type hub struct {
 	url   string
 	logs  *lockedBuffer
 	done  chan error
-	lines chan string // every log line, for await
+	lines chan string   // every log line, for await
+	ended chan struct{} // closed once the process has been waited for
 }
 
 type lockedBuffer struct {
@@ -100,14 +101,14 @@ func startHub(t *testing.T, args ...string) *hub {
 func launch(t *testing.T, cmd *exec.Cmd, addr string, startup time.Duration) *hub {
 	t.Helper()
 	pr, pw := io.Pipe()
-	h := &hub{cmd: cmd, url: "http://" + addr, logs: &lockedBuffer{}, done: make(chan error, 1), lines: make(chan string, 10000)}
+	h := &hub{cmd: cmd, url: "http://" + addr, logs: &lockedBuffer{}, done: make(chan error, 1), lines: make(chan string, 10000), ended: make(chan struct{})}
 	// The buffer first: a line the scanner has seen is then always in h.logs too,
 	// even when the hub wrote it before [INIT] and await can no longer see it.
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(h.logs, pw), io.MultiWriter(h.logs, pw)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { h.done <- cmd.Wait(); pw.Close() }()
+	go func() { err := cmd.Wait(); close(h.ended); h.done <- err; pw.Close() }()
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
@@ -127,9 +128,11 @@ func launch(t *testing.T, cmd *exec.Cmd, addr string, startup time.Duration) *hu
 		}
 	}
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
+		select {
+		case <-h.ended:
+		default: // still running: the test failed or did not stop it
 			kill()
-			<-h.done
+			<-h.ended
 		}
 		if t.Failed() {
 			t.Logf("hub log:\n%s", h.logs)
@@ -140,6 +143,16 @@ func launch(t *testing.T, cmd *exec.Cmd, addr string, startup time.Duration) *hu
 		t.Fatalf("hub did not start:\n%s", h.logs)
 	}
 	return h
+}
+
+// exited reports whether the hub process has ended (and been waited for).
+func (h *hub) exited() bool {
+	select {
+	case <-h.ended:
+		return true
+	default:
+		return false
+	}
 }
 
 // await returns the first log line from now on that contains tag.
