@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -196,15 +197,18 @@ func withDownloadDir(body []byte, dir string) []byte {
 		return body
 	}
 	prefs := map[string]any{"download.default_directory": dir, "download.prompt_for_download": false, "savefile.default_directory": dir}
-	for _, key := range []string{"goog:chromeOptions", "ms:edgeOptions"} {
-		if _, isChromium := always[key]; isChromium || key == "goog:chromeOptions" && always["browserName"] != "firefox" {
-			opts, _ := always[key].(map[string]any)
-			if opts == nil {
-				opts = map[string]any{}
-			}
-			opts["prefs"] = webdriver.Merge(asMap(opts["prefs"]), prefs)
-			always[key] = opts
+	name, _ := always["browserName"].(string)
+	for key, names := range map[string][]string{"goog:chromeOptions": {"chrome", "chromium", ""}, "ms:edgeOptions": {"MicrosoftEdge", "msedge"}} {
+		_, asked := always[key]
+		if !asked && !slices.Contains(names, name) {
+			continue // another browser: its driver takes no Chromium prefs
 		}
+		opts, _ := always[key].(map[string]any)
+		if opts == nil {
+			opts = map[string]any{}
+		}
+		opts["prefs"] = webdriver.Merge(asMap(opts["prefs"]), prefs)
+		always[key] = opts
 	}
 	out, err := json.Marshal(req)
 	if err != nil {

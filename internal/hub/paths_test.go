@@ -2,6 +2,7 @@ package hub
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -152,5 +153,29 @@ func TestFileUploadPaths(t *testing.T) {
 	}
 	if f.sess.Len() != 1 {
 		t.Fatal("a refused upload ended the session")
+	}
+}
+
+// A local session's downloads go to its own directory, over the client's
+// prefs; a browser that is not Chromium gets no Chromium prefs.
+func TestWithDownloadDir(t *testing.T) {
+	body := []byte(`{"capabilities":{"alwaysMatch":{"browserName":"chrome","goog:chromeOptions":{"args":["--headless"],"prefs":{"download.default_directory":"/elsewhere","intl.accept_languages":"de"}}},"firstMatch":[{}]}}`)
+	var got struct {
+		Capabilities struct {
+			AlwaysMatch struct {
+				Chrome map[string]any `json:"goog:chromeOptions"`
+			} `json:"alwaysMatch"`
+		}
+	}
+	if err := json.Unmarshal(withDownloadDir(body, "/tmp/s1"), &got); err != nil {
+		t.Fatal(err)
+	}
+	prefs := got.Capabilities.AlwaysMatch.Chrome["prefs"].(map[string]any)
+	if prefs["download.default_directory"] != "/tmp/s1" || prefs["intl.accept_languages"] != "de" || got.Capabilities.AlwaysMatch.Chrome["args"] == nil {
+		t.Fatalf("prefs %v", prefs)
+	}
+	ff := withDownloadDir([]byte(`{"capabilities":{"alwaysMatch":{"browserName":"firefox"},"firstMatch":[{}]}}`), "/tmp/s1")
+	if strings.Contains(string(ff), "chromeOptions") {
+		t.Fatalf("firefox got Chromium prefs: %s", ff)
 	}
 }
