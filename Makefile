@@ -3,7 +3,7 @@
 GO ?= go
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build run deps images test unit e2e bench bench-short fuzz vet clean
+.PHONY: build run deps images image test unit e2e bench bench-short fuzz vet clean
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/websummoner ./cmd/websummoner
@@ -11,6 +11,13 @@ build:
 
 deps:
 	scripts/deps.sh
+
+# The hub as a container image (Dockerfile): a static binary on scratch.
+IMAGE ?= websummoner/hub:$(VERSION)
+image:
+	CGO_ENABLED=0 $(GO) build -trimpath -tags timetzdata -ldflags "-s -w -X main.version=$(VERSION)" -o bin/websummoner-static ./cmd/websummoner
+	docker build -q -t $(IMAGE) -t websummoner/hub:latest . >/dev/null
+	@echo $(IMAGE)
 
 # ARGS are passed to the hub: make run ARGS='-limit 2 -queue-timeout 5m'
 run: deps

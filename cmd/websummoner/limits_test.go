@@ -220,3 +220,26 @@ func decodeJSON(t *testing.T, resp *http.Response, v any) {
 }
 
 func asExit(err error, target **exec.ExitError) bool { return errors.As(err, target) }
+
+// -healthcheck: 0 while a hub answers /healthz on -listen's port, 1 when none does.
+func TestHealthcheck(t *testing.T) {
+	hub, _, conf := binaries(t)
+	h, err := startBinary(t, hub, "-disable-docker", "-conf", conf, "-listen", "127.0.0.1:0", "-instance", fmt.Sprintf("health-%d", os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(hub, "-healthcheck", "-listen", h.addr).CombinedOutput(); err != nil {
+		t.Fatalf("healthy hub: %v %s", err, out)
+	}
+	h.cmd.Process.Signal(syscall.SIGKILL)
+	var out []byte
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if out, err = exec.Command(hub, "-healthcheck", "-listen", h.addr).CombinedOutput(); err != nil {
+			break // the port is closed once the kernel has reaped the hub
+		}
+	}
+	var exit *exec.ExitError
+	if !asExit(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "unhealthy") {
+		t.Fatalf("no hub: %v %s", err, out)
+	}
+}

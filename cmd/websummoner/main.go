@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"crypto/tls"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -54,7 +56,7 @@ func main() {
 // component that owns it.
 type flagConfig struct {
 	listen, conf, logLevel, logOutputDir string
-	disableDocker, showVersion           bool
+	disableDocker, showVersion, health   bool
 	gracefulPeriod                       time.Duration
 
 	server   httpserver.Options
@@ -105,6 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.BoolVar(&c.launch.SaveAllLogs, "save-all-logs", false, "With -log-output-dir, keep every session's log, asked or not")
 	fs.BoolVar(&c.disableDocker, "disable-docker", false, "Run browsers as local driver processes (image = command line) and never connect to Docker")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit")
+	fs.BoolVar(&c.health, "healthcheck", false, "Ask the hub serving on -listen (on this host) whether it is healthy: exit 0 if /healthz answers 200, else 1 (a container HEALTHCHECK with no shell or curl)")
 	fs.DurationVar(&c.gracefulPeriod, "graceful-period", 300*time.Second, "On SIGTERM, how long live sessions may run on before they are ended")
 
 	fs.DurationVar(&c.server.IdleTimeout, "idle-connection-timeout", httpserver.DefaultIdleTimeout, "Close a keep-alive connection with no request for this long (0 = the default)")
@@ -210,6 +213,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if c.showVersion {
 		fmt.Fprintln(stdout, "websummoner", version)
 		return 0
+	}
+	if c.health {
+		return healthcheck(c, stderr)
 	}
 	p, err := build(c, stderr)
 	if err != nil {
@@ -349,6 +355,33 @@ func (p *program) reload() {
 		return
 	}
 	logtag.Event(p.log, slog.LevelInfo, "", "CONFIG_RELOADED", fmt.Sprintf("browsers %v", p.conf.Browsers().Names()))
+}
+
+// healthcheck asks the hub on -listen's port, on loopback, for /healthz.
+func healthcheck(c *flagConfig, stderr io.Writer) int {
+	_, port, err := net.SplitHostPort(c.listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "websummoner: -listen %s: %v\n", c.listen, err)
+		return exitServe
+	}
+	scheme := "http"
+	client := &http.Client{Timeout: 5 * time.Second}
+	if c.server.TLSCert != "" {
+		// Its own certificate need not name 127.0.0.1: liveness, not identity.
+		scheme = "https"
+		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	}
+	resp, err := client.Get(scheme + "://" + net.JoinHostPort("127.0.0.1", port) + "/healthz")
+	if err != nil {
+		fmt.Fprintln(stderr, "websummoner: unhealthy:", err)
+		return exitServe
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintln(stderr, "websummoner: unhealthy: /healthz answered", resp.Status)
+		return exitServe
+	}
+	return 0
 }
 
 // exposure says what is unsafe about serving on addr: beyond loopback without
