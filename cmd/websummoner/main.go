@@ -7,12 +7,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"crypto/tls"
 	"net"
 	"net/http"
 	"os"
