@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -80,19 +79,7 @@ func TestHubContainer(t *testing.T) {
 	url := hubContainer(t, image, name, network, instance, conf)
 
 	shot := filepath.Join(t.TempDir(), "hub-container.png")
-	cmd := exec.Command(python, "testdata/client.py", url+"/wd/hub", "http://127.0.0.1:8090/", shot, "0", "wait")
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(stdout)
-	if !sc.Scan() {
-		cmd.Wait()
-		logs, _ := exec.Command("docker", "logs", name).CombinedOutput()
-		t.Fatalf("the client made no session:\n%s", logs)
-	}
+	client := startWaitingClient(t, "testdata/client.py", url+"/wd/hub", "http://127.0.0.1:8090/", shot, "0", "wait")
 	browsers := containers(t, instance)
 	if len(browsers) != 1 {
 		t.Fatalf("browser containers: %v", browsers)
@@ -113,16 +100,8 @@ func TestHubContainer(t *testing.T) {
 			t.Fatalf("no 503 while draining: %+v", r)
 		}
 	}
-	fmt.Fprintln(stdin, "go") // the live session works on, then quits
-	var last string
-	for sc.Scan() {
-		last = sc.Text()
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("client during the drain: %v %s", err, last)
-	}
-	var r clientResult
-	if err := json.Unmarshal([]byte(last), &r); err != nil {
+	var r clientResult // the live session works on through the drain, then quits
+	if err := json.Unmarshal([]byte(client.finish(t)), &r); err != nil {
 		t.Fatal(err)
 	}
 	checkResult(t, r, shot)

@@ -184,6 +184,46 @@ func newSession(t *testing.T, d *dockerHub, browser string) wdResponse {
 	return call(t, "POST", d.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"`+browser+`"}}}`)
 }
 
+// waitingClient is a Python client run with "wait": it creates its session,
+// prints a line, and goes on only when told, so that a test can set up the page
+// (or stop the hub) in between.
+type waitingClient struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Scanner
+}
+
+func startWaitingClient(t *testing.T, script string, args ...string) *waitingClient {
+	t.Helper()
+	c := &waitingClient{cmd: exec.Command(python, append([]string{script}, args...)...)}
+	c.stdin, _ = c.cmd.StdinPipe()
+	stdout, _ := c.cmd.StdoutPipe()
+	c.cmd.Stderr = os.Stderr
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c.out = bufio.NewScanner(stdout)
+	if !c.out.Scan() {
+		c.cmd.Wait()
+		t.Fatal("the client made no session")
+	}
+	return c
+}
+
+// finish lets the client go on and returns its last line, its result.
+func (c *waitingClient) finish(t *testing.T) string {
+	t.Helper()
+	fmt.Fprintln(c.stdin, "go")
+	var last string
+	for c.out.Scan() {
+		last = c.out.Text()
+	}
+	if err := c.cmd.Wait(); err != nil {
+		t.Fatalf("client: %v %s", err, last)
+	}
+	return last
+}
+
 // servePageIn serves the test page (and its download) on 127.0.0.1:port inside
 // a browser container's own network namespace: a stub container joined to it,
 // so no traffic leaves loopback. It is removed with the test.
@@ -209,33 +249,14 @@ func TestDockerRealChromium(t *testing.T) {
 	requireDocker(t)
 	d := startDockerHub(t, instanceFor(t), "-limit", "2")
 	shot := filepath.Join(t.TempDir(), "docker.png")
-	cmd := exec.Command(python, "testdata/client.py", d.url+"/wd/hub", "http://127.0.0.1:8090/", shot, "0", "wait")
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(stdout)
-	if !sc.Scan() {
-		cmd.Wait()
-		t.Fatal("client printed nothing")
-	}
+	client := startWaitingClient(t, "testdata/client.py", d.url+"/wd/hub", "http://127.0.0.1:8090/", shot, "0", "wait")
 	browser := containers(t, d.instance)
 	if len(browser) != 1 {
 		t.Fatalf("want one browser container, got %v", browser)
 	}
 	servePageIn(t, browser[0], 8090)
-	fmt.Fprintln(stdin, "go")
-	var lines []string
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("client: %v %v", err, lines)
-	}
 	var r clientResult
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+	if err := json.Unmarshal([]byte(client.finish(t)), &r); err != nil {
 		t.Fatal(err)
 	}
 	checkResult(t, r, shot)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -111,30 +110,10 @@ func TestDockerFileUpload(t *testing.T) {
 	requireDocker(t)
 	d := startDockerHub(t, instanceFor(t), "-limit", "1")
 	const content = "uploaded into a container: 7"
-	cmd := exec.Command(python, "testdata/upload.py", d.url+"/wd/hub", "http://127.0.0.1:8090/", content, "wait")
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(stdout)
-	if !sc.Scan() {
-		cmd.Wait()
-		t.Fatal("client printed nothing")
-	}
-	browser := containers(t, d.instance)[0]
-	servePageIn(t, browser, 8090)
-	fmt.Fprintln(stdin, "go")
-	var last string
-	for sc.Scan() {
-		last = sc.Text()
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("client: %v %s", err, last)
-	}
+	client := startWaitingClient(t, "testdata/upload.py", d.url+"/wd/hub", "http://127.0.0.1:8090/", content, "wait")
+	servePageIn(t, containers(t, d.instance)[0], 8090)
 	var r struct{ Read string }
-	if err := json.Unmarshal([]byte(last), &r); err != nil || r.Read != content {
+	if err := json.Unmarshal([]byte(client.finish(t)), &r); err != nil || r.Read != content {
 		t.Fatalf("the page in the container read %q (%v), want %q", r.Read, err, content)
 	}
 	d.assertClean(t)
