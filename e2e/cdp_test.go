@@ -25,6 +25,18 @@ func newChrome(t *testing.T, hubURL, extra string) (string, map[string]any) {
 	return resp.Value.SessionID, resp.caps
 }
 
+// cdpTab is a new tab of the browser behind se:cdp, driven by chromedp over
+// the hub; the cancel closes it (and the connection) within a minute at most.
+func cdpTab(t *testing.T, cdp string) (context.Context, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	alloc, cancelAlloc := chromedp.NewRemoteAllocator(ctx, cdp, chromedp.NoModifyURL)
+	// chromedp v0.11 does not know every event of this Chromium; its complaints
+	// about them are not the test's business.
+	tab, cancelTab := chromedp.NewContext(alloc, chromedp.WithErrorf(func(string, ...any) {}))
+	return tab, func() { cancelTab(); cancelAlloc(); cancel() }
+}
+
 // CDP through the hub with a real CDP client: chromedp connects to se:cdp,
 // navigates, evaluates and takes a screenshot; a raw WebSocket client talks to
 // /devtools/{id}/page; the socket closes when the session ends.
@@ -60,13 +72,7 @@ func TestCDPThroughHub(t *testing.T) {
 		t.Fatalf("6*7 over /page = %v", answer.Result.Result.Value)
 	}
 	page := pageServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	alloc, cancelAlloc := chromedp.NewRemoteAllocator(ctx, cdp, chromedp.NoModifyURL)
-	defer cancelAlloc()
-	// chromedp v0.11 does not know every event of this Chromium; its complaints
-	// about them are not the test's business.
-	tab, cancelTab := chromedp.NewContext(alloc, chromedp.WithErrorf(func(string, ...any) {}))
+	tab, cancelTab := cdpTab(t, cdp)
 	defer cancelTab()
 	var title string
 	var sum float64
@@ -160,11 +166,7 @@ func TestDockerCDPThroughHub(t *testing.T) {
 	if !strings.HasSuffix(cdp, "/devtools/"+r.Value.SessionID+"/") {
 		t.Fatalf("se:cdp %q", cdp)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	alloc, cancelAlloc := chromedp.NewRemoteAllocator(ctx, cdp, chromedp.NoModifyURL)
-	defer cancelAlloc()
-	tab, cancelTab := chromedp.NewContext(alloc, chromedp.WithErrorf(func(string, ...any) {}))
+	tab, cancelTab := cdpTab(t, cdp)
 	defer cancelTab()
 	var sum float64
 	var shot []byte
