@@ -28,6 +28,7 @@ run: deps
 images:
 	images/wdstub/build.sh
 	images/chromium/build.sh
+	images/recorder/build.sh
 
 test: deps vet images
 	$(MAKE) bench-short

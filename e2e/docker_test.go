@@ -22,9 +22,9 @@ import (
 // with the two test images built by the repository's scripts.
 
 var (
-	buildOnce                     sync.Once
-	hubBinary, stubTag, chromeTag string
-	buildErr                      error
+	buildOnce                                  sync.Once
+	hubBinary, stubTag, chromeTag, recorderTag string
+	buildErr                                   error
 )
 
 func requireDocker(t *testing.T) {
@@ -49,7 +49,10 @@ func requireDocker(t *testing.T) {
 		if stubTag, buildErr = lastLine("../images/wdstub/build.sh"); buildErr != nil {
 			return
 		}
-		chromeTag, buildErr = lastLine("../images/chromium/build.sh") // cached by tag after the first build
+		if chromeTag, buildErr = lastLine("../images/chromium/build.sh"); buildErr != nil { // cached by tag after the first build
+			return
+		}
+		recorderTag, buildErr = lastLine("../images/recorder/build.sh")
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -69,11 +72,13 @@ type dockerHub struct {
 	*hub
 	instance string
 	args     []string
+	videos   string // -video-output-dir
 }
 
 // startDockerHub runs the hub in Docker mode with a browsers.json naming the test
 // images: "stub", "slow" (a stub that never answers), "ghost" (a missing image)
-// and "chrome" (real Chromium).
+// and "chrome" (real Chromium, headed on the image's virtual screen, as
+// config/browsers.docker.json runs it). Videos go to a directory of the test's.
 func startDockerHub(t *testing.T, instance string, args ...string) *dockerHub {
 	t.Helper()
 	conf := filepath.Join(t.TempDir(), "browsers.json")
@@ -82,7 +87,7 @@ func startDockerHub(t *testing.T, instance string, args ...string) *dockerHub {
   "slow":  {"default": "1", "versions": {"1": {"image": %q, "port": "4444", "path": "/", "env": ["WDSTUB_LISTEN_DELAY=1h"]}}},
   "ghost": {"default": "1", "versions": {"1": {"image": "websummoner/ghost:none", "port": "4444"}}},
   "chrome": {"default": "156.0", "versions": {"156.0": {"image": %q, "port": "4444", "path": "/", "shmSize": 268435456,
-    "caps": {"goog:chromeOptions": {"args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    "caps": {"goog:chromeOptions": {"args": ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
       "--disable-background-networking", "--disable-component-update", "--disable-sync", "--remote-debugging-port=9222"],
       "prefs": {"download.default_directory": "/home/selenium/Downloads", "download.prompt_for_download": false}}}}}}
 }`, stubTag, stubTag, chromeTag)
@@ -90,9 +95,11 @@ func startDockerHub(t *testing.T, instance string, args ...string) *dockerHub {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	all := append([]string{"-conf", conf, "-listen", addr, "-instance", instance, "-sweep-interval", "1s"}, args...)
+	videos := t.TempDir()
+	all := append([]string{"-conf", conf, "-listen", addr, "-instance", instance, "-sweep-interval", "1s",
+		"-video-output-dir", videos, "-video-recorder-image", recorderTag}, args...)
 	h := runHub(t, hubBinary, all, addr)
-	d := &dockerHub{hub: h, instance: instance, args: all}
+	d := &dockerHub{hub: h, instance: instance, args: all, videos: videos}
 	t.Cleanup(func() {
 		// Whatever a test did, nothing of this instance may be left behind.
 		exec.Command("sh", "-c", "docker ps -aq --filter label=websummoner.instance="+instance+" | xargs -r docker rm -f").Run()

@@ -9,6 +9,11 @@ need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 /usr/bin/python3 -c 'import selenium' >/dev/null 2>&1 || need+=(python3-selenium)
+# ffprobe checks recorded videos; Prometheus, promtool and Alertmanager run the
+# alerting tests.
+command -v ffprobe >/dev/null 2>&1 || need+=(ffmpeg)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "deps: missing Debian packages: ${need[*]}" >&2
@@ -17,7 +22,14 @@ if [ "${#need[@]}" -gt 0 ]; then
   fi
   echo "deps: installing ${need[*]}" >&2
   apt-get update -qq
+  # Packages install only: the tests start their own Prometheus and Alertmanager
+  # on free ports, so no daemon is started by the package scripts.
+  policy=/usr/sbin/policy-rc.d
+  had_policy=false
+  [ -e "$policy" ] && had_policy=true
+  $had_policy || { printf '#!/bin/sh\nexit 101\n' > "$policy"; chmod 0755 "$policy"; }
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  $had_policy || rm -f "$policy"
 fi
 go mod download
 

@@ -86,8 +86,6 @@ var ignoredSelenoidFlags = []selenoidFlag{
 	{name: "enable-file-upload", bool: true, why: "file upload always works (/se/file is rewritten to /file, bounded by -max-upload-size)"},
 	{name: "disable-privileged", bool: true, why: "containers are unprivileged by default already"},
 	{name: "log-conf", why: "container log drivers are not configurable yet"},
-	{name: "video-output-dir", why: "video recording is not supported"},
-	{name: "video-recorder-image", why: "video recording is not supported"},
 	{name: "cgroup-parent", why: "not supported"},
 	{name: "max-timeout-per-quota", why: "quotas are not supported"},
 }
@@ -103,6 +101,8 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.StringVar(&c.listen, "listen", ":4444", "Network address to accept connections on (\":4444\" is every interface)")
 	fs.StringVar(&c.conf, "conf", "config/browsers.json", "Browsers configuration file (Selenoid's browsers.json format)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "Log level: debug, info, warn or error")
+	fs.StringVar(&c.docker.VideoDir, "video-output-dir", "video", "Where session videos (enableVideo) are written, served at /video/; created if missing")
+	fs.StringVar(&c.docker.VideoImage, "video-recorder-image", "websummoner/recorder:latest", "Image of the video recorder started next to a browser that records (images/recorder/build.sh builds it)")
 	fs.StringVar(&c.logOutputDir, "log-output-dir", "", "Keep the output of sessions that ask (enableLog) in this directory as their logName or <session-id>.log, served at /logs/")
 	fs.BoolVar(&c.launch.SaveAllLogs, "save-all-logs", false, "With -log-output-dir, keep every session's log, asked or not")
 	fs.BoolVar(&c.disableDocker, "disable-docker", false, "Run browsers as local driver processes (image = command line) and never connect to Docker")
@@ -267,6 +267,14 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 			return nil, fmt.Errorf("Docker client: %v (check DOCKER_HOST, or run with -disable-docker)", err)
 		}
 		c.docker.OnHealth = gate.SetHealthy
+		if d := c.docker.VideoDir; d != "" {
+			// Not fatal: a hub whose directory is read-only still serves browsers.
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				logtag.Event(p.log, slog.LevelWarn, "", "INIT", fmt.Sprintf("-video-output-dir %s: %v; enableVideo is refused until it is writable", d, err))
+				c.docker.VideoDir = ""
+			}
+		}
+		c.hub.VideoDir = c.docker.VideoDir
 		if p.containers, err = docker.New(c.docker, engine, p.log, reg); err != nil {
 			return nil, err
 		}

@@ -1,10 +1,33 @@
 #!/bin/sh
-# chromedriver on the container's port 4444, reachable from outside the container
-# (the hub reaches it through a port published on the host's 127.0.0.1).
-# Selenoid's image contract puts the browser's DevTools on port 7070: Chromium
-# binds its debugging port (9222, set by the browsers.json caps) to the
+# Selenoid's browser image contract: chromedriver on 4444, a virtual screen on
+# display :99 sized by SCREEN_RESOLUTION (WxH or WxHxDEPTH, default
+# 1920x1080x24), VNC on 5900 when ENABLE_VNC=true, DevTools on 7070, downloads
+# on 8080. A browsers.json entry whose caps say --headless ignores the screen.
+res=${SCREEN_RESOLUTION:-1920x1080x24}
+if ! echo "$res" | grep -Eq '^[0-9]{2,5}x[0-9]{2,5}(x(8|16|24))?$'; then
+  echo "entrypoint: SCREEN_RESOLUTION=$res is not WxH or WxHxDEPTH; using 1920x1080x24" >&2
+  res=1920x1080x24
+fi
+case $res in *x*x*) ;; *) res="${res}x24" ;; esac
+width=${res%%x*}
+rest=${res#*x}
+height=${rest%%x*}
+export DISPLAY=:99
+# Listening on no TCP port: a recorder reaches the display through the abstract
+# socket @/tmp/.X11-unix/X99, by sharing this container's network namespace.
+Xvfb :99 -screen 0 "$res" -nolisten tcp -noreset >/dev/null 2>&1 &
+i=0
+while [ ! -e /tmp/.X11-unix/X99 ] && [ $i -lt 200 ]; do sleep 0.025; i=$((i+1)); done
+# The browser's window fills the screen. Debian's chromium wrapper reads its
+# flags from /etc/chromium.d (it resets CHROMIUM_FLAGS from the environment) and
+# puts them before the driver's arguments, so a client's own --window-size wins.
+echo "export CHROMIUM_FLAGS=\"\$CHROMIUM_FLAGS --window-position=0,0 --window-size=$width,$height\"" \
+  > /etc/chromium.d/websummoner-screen 2>/dev/null
+if [ "$ENABLE_VNC" = true ]; then
+  x11vnc -display :99 -rfbport 5900 -rfbauth /etc/websummoner/vncpasswd -forever -shared -quiet -noxdamage >/dev/null 2>&1 &
+fi
+# Chromium binds its debugging port (9222, set by the browsers.json caps) to the
 # container's loopback only, so socat carries 7070 to it.
 socat TCP-LISTEN:7070,fork,reuseaddr TCP:127.0.0.1:9222 &
-# Downloads (browsers.json sets Chromium's download directory to it) on 8080.
 /usr/local/bin/fileserver -dir /home/selenium/Downloads -listen :8080 &
 exec /usr/bin/chromedriver --port=4444 --allowed-ips= --allowed-origins='*' "$@"

@@ -173,38 +173,44 @@ func (g *Gate) Notify(f func()) {
 	g.mu.Unlock()
 }
 
-func (g *Gate) permitsLocked() bool {
+// permitsLocked says whether a start of cost containers fits: within the limit,
+// or alone (a start that costs more than the limit would otherwise never run).
+func (g *Gate) permitsLocked(cost int) bool {
 	if !g.healthy && g.opts.Mode == Adaptive {
 		return false
 	}
-	return g.inFlight < g.limit
+	return g.inFlight == 0 || g.inFlight+cost <= g.limit
 }
 
-// CanStart reports whether a start would be permitted now, reserving nothing.
-func (g *Gate) CanStart() bool {
+// CanStart reports whether a start of that cost would be permitted now,
+// reserving nothing.
+func (g *Gate) CanStart(cost int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.permitsLocked()
+	return g.permitsLocked(max(cost, 1))
 }
 
-// TryStart reserves a start if the gate permits one.
-func (g *Gate) TryStart() bool {
+// TryStart reserves a start of cost containers (a browser and its video
+// recorder are 2) if the gate permits it.
+func (g *Gate) TryStart(cost int) bool {
+	cost = max(cost, 1)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.permitsLocked() {
+	if !g.permitsLocked(cost) {
 		return false
 	}
-	g.inFlight++
+	g.inFlight += cost
 	if g.inFlight >= g.limit {
 		g.winUsed = true
 	}
 	return true
 }
 
-// FinishStart ends a start reserved by TryStart with its outcome and latency.
-func (g *Gate) FinishStart(o queue.StartOutcome, latency time.Duration) {
+// FinishStart ends a start reserved by TryStart(cost) with its outcome and
+// latency.
+func (g *Gate) FinishStart(cost int, o queue.StartOutcome, latency time.Duration) {
 	g.mu.Lock()
-	g.inFlight--
+	g.inFlight -= max(cost, 1)
 	now := time.Now()
 	g.m.outcomes.WithLabelValues(o.String()).Inc()
 	var change string

@@ -279,7 +279,7 @@ func TestOptionsValidation(t *testing.T) {
 	}
 	g, _ := New(Options{Limit: 5, Mode: Off}, nil, nil)
 	for range 5 {
-		if !g.TryStart() {
+		if !g.TryStart(1) {
 			t.Fatal("off mode refused a start under -limit")
 		}
 	}
@@ -297,18 +297,48 @@ var stampedeCap = 30 * time.Minute
 func TestEngineHealthHalfOpen(t *testing.T) {
 	g, _ := New(Options{Limit: 8, Initial: 4}, nil, nil)
 	g.SetHealthy(false)
-	if g.TryStart() || g.CanStart() {
+	if g.TryStart(1) || g.CanStart(1) {
 		t.Fatal("a start was permitted while the engine is down")
 	}
 	g.SetHealthy(true)
 	if st := g.Stats(); st.Limit != 1 || !st.Healthy {
 		t.Fatalf("after recovery: %+v, want half-open at 1", st)
 	}
-	if !g.TryStart() || g.TryStart() {
+	if !g.TryStart(1) || g.TryStart(1) {
 		t.Fatal("half-open must permit exactly one probe")
 	}
-	g.FinishStart(queue.StartSucceeded, time.Second)
-	if !g.CanStart() {
+	g.FinishStart(1, queue.StartSucceeded, time.Second)
+	if !g.CanStart(1) {
 		t.Fatal("the probe's success did not let the next start through")
+	}
+}
+
+// A start with a video recorder starts two containers and weighs two with the
+// gate; one that weighs more than the limit still runs, alone.
+func TestStartCost(t *testing.T) {
+	g, _ := New(Options{Limit: 8, Mode: Fixed, Fixed: 3}, nil, nil)
+	if !g.TryStart(2) {
+		t.Fatal("a cost-2 start refused by an empty gate of 3")
+	}
+	if g.TryStart(2) || g.CanStart(2) {
+		t.Fatal("2 + 2 starts in flight under a limit of 3")
+	}
+	if !g.TryStart(1) {
+		t.Fatal("2 + 1 refused under a limit of 3")
+	}
+	if st := g.Stats(); st.InFlight != 3 {
+		t.Fatalf("in flight %d, want 3", st.InFlight)
+	}
+	g.FinishStart(2, queue.StartSucceeded, time.Second)
+	g.FinishStart(1, queue.StartSucceeded, time.Second)
+	if st := g.Stats(); st.InFlight != 0 {
+		t.Fatalf("in flight %d after both finished, want 0", st.InFlight)
+	}
+	one, _ := New(Options{Limit: 8, Mode: Fixed, Fixed: 1}, nil, nil)
+	if !one.TryStart(2) {
+		t.Fatal("a cost-2 start can never run under a limit of 1")
+	}
+	if one.TryStart(1) {
+		t.Fatal("a start ran beside one that already exceeds the limit")
 	}
 }

@@ -21,7 +21,7 @@ import (
 // admitOrAnswer is the admit phase alone: a slot, or the refusal answered as
 // POST /session answers it.
 func admitOrAnswer(q *queue.Queue, w http.ResponseWriter, r *http.Request) (*queue.Slot, bool) {
-	slot, err := admit(q, r, "t")
+	slot, err := admit(q, r, queue.Request{ID: "t", NoWait: NoWait(r.Header)})
 	if err != nil {
 		(&Hub{queue: q, log: slog.New(slog.DiscardHandler)}).writeCreateError(w, "t", &createError{phase: phaseAdmit, err: err})
 		return nil, false

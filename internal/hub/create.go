@@ -187,7 +187,11 @@ func (h *Hub) check(c *creation) error {
 
 // admit waits in the queue for a slot and a start permit.
 func (h *Hub) admit(c *creation) error {
-	slot, err := admit(h.queue, c.r, c.id)
+	cost := 1
+	if c.cand.Options.EnableVideo {
+		cost = 2 // the browser's container and its recorder's
+	}
+	slot, err := admit(h.queue, c.r, queue.Request{ID: c.id, NoWait: NoWait(c.r.Header), Cost: cost})
 	c.slot = slot
 	return err
 }
@@ -195,9 +199,9 @@ func (h *Hub) admit(c *creation) error {
 // admit drains what is left of r's body, then waits for a slot: Go's server
 // notices a closed connection only after the body has been read to its end, and
 // a client that left must not be handed a slot. A refusal is a *refusal.
-func admit(q *queue.Queue, r *http.Request, id string) (*queue.Slot, error) {
+func admit(q *queue.Queue, r *http.Request, req queue.Request) (*queue.Slot, error) {
 	_, _ = io.Copy(io.Discard, r.Body)
-	slot, out := q.Acquire(r.Context(), queue.Request{ID: id, NoWait: NoWait(r.Header)})
+	slot, out := q.Acquire(r.Context(), req)
 	if !out.Admitted {
 		return nil, &refusal{out}
 	}
@@ -219,6 +223,9 @@ func (h *Hub) start(c *creation) error {
 
 func (h *Hub) startAttempts(c *creation) error {
 	body := webdriver.DriverBody(c.caps, c.ns.W3C, c.browser.Caps)
+	if screen := c.cand.Options.ScreenResolution; screen != "" {
+		body = withScreen(body, screen)
+	}
 	var lastErr error
 	t0 := time.Now()
 	for attempt := 1; attempt <= h.opts.RetryCount; attempt++ {
@@ -268,6 +275,12 @@ func (h *Hub) register(c *creation) error {
 		ID: c.driver.ID, Browser: c.browser.Name, Version: c.browser.Version, Name: c.cand.Options.Name, Owner: userOf(c.r),
 		Caps: c.caps, Screen: c.cand.Options.ScreenResolution, VNC: c.cand.Options.EnableVNC && c.inst.Endpoints().VNC != nil,
 		Started: time.Now(), Instance: c.inst, Idle: h.idleFor(c.cand.Options),
+	}
+	if o := c.cand.Options; o.EnableVideo {
+		s.Video = o.VideoName
+		if s.Video == "" {
+			s.Video = c.driver.ID + ".mp4"
+		}
 	}
 	// Before Add: the registry takes the instance's endpoints as they are then.
 	c.inst.SessionCreated(c.driver.ID, c.driver.Caps)

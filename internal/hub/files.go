@@ -50,7 +50,7 @@ func (h *Hub) downloads(w http.ResponseWriter, r *http.Request) {
 		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation,
 			fmt.Sprintf("session %s has no downloads: its image does not serve files on port 8080", s.ID))
 	case files.Scheme == "file":
-		h.localDownloads(w, r, files.Path, name)
+		serveDir(w, r, files.Path, name, downloadFiles)
 	default:
 		target := files.JoinPath(url.PathEscape(name))
 		if name == "" {
@@ -60,8 +60,22 @@ func (h *Hub) downloads(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// localDownloads serves one session's download directory.
-func (h *Hub) localDownloads(w http.ResponseWriter, r *http.Request, dir, name string) {
+// fileKind says what a served directory holds: its files' noun in errors, and
+// whether a browser shows one (a video plays in the page) or saves it.
+type fileKind struct {
+	noun   string
+	inline bool
+}
+
+var (
+	downloadFiles = fileKind{noun: "downloaded file"}
+	logFiles      = fileKind{noun: "log file"}
+	videoFiles    = fileKind{noun: "video", inline: true}
+)
+
+// serveDir serves a directory of finished files: GET lists (?json: a JSON
+// array), GET or HEAD of a name serves it (with Range), DELETE removes it.
+func serveDir(w http.ResponseWriter, r *http.Request, dir, name string, kind fileKind) {
 	if name == "" {
 		if r.Method != http.MethodGet {
 			methodNotAllowed(w, r)
@@ -85,20 +99,24 @@ func (h *Hub) localDownloads(w http.ResponseWriter, r *http.Request, dir, name s
 	case http.MethodGet, http.MethodHead:
 		f, err := os.Open(path)
 		if err != nil {
-			webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidArgument, fmt.Sprintf("no downloaded file %q", name))
+			webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidArgument, fmt.Sprintf("no %s %q", kind.noun, name))
 			return
 		}
 		defer f.Close()
 		st, err := f.Stat()
 		if err != nil || !st.Mode().IsRegular() {
-			webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidArgument, fmt.Sprintf("no downloaded file %q", name))
+			webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidArgument, fmt.Sprintf("no %s %q", kind.noun, name))
 			return
 		}
-		w.Header().Set("Content-Disposition", "attachment; filename*=UTF-8''"+url.PathEscape(name))
+		disposition := "attachment"
+		if kind.inline {
+			disposition = "inline"
+		}
+		w.Header().Set("Content-Disposition", disposition+"; filename*=UTF-8''"+url.PathEscape(name))
 		http.ServeContent(w, r, name, st.ModTime(), f)
 	case http.MethodDelete:
-		if err := os.Remove(path); err != nil {
-			webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidArgument, fmt.Sprintf("no downloaded file %q", name))
+		if st, err := os.Lstat(path); err != nil || !st.Mode().IsRegular() || os.Remove(path) != nil {
+			webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidArgument, fmt.Sprintf("no %s %q", kind.noun, name))
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"value": nil})
@@ -187,6 +205,35 @@ func (h *Hub) clipboard(w http.ResponseWriter, r *http.Request) {
 // withDownloadDir points the browser's downloads at dir, over whatever the
 // client asked: a session's downloads go to its own directory only.
 func withDownloadDir(body []byte, dir string) []byte {
+	prefs := map[string]any{"download.default_directory": dir, "download.prompt_for_download": false, "savefile.default_directory": dir}
+	return withChromium(body, func(opts map[string]any) {
+		opts["prefs"] = webdriver.Merge(asMap(opts["prefs"]), prefs)
+	})
+}
+
+// withScreen sizes a Chromium-based browser's window and screen as the session's
+// screenResolution says: --window-size for a browser on a display, and
+// --screen-info for a headless one, whose screen is otherwise 800x600.
+func withScreen(body []byte, screen string) []byte {
+	w, h, _, ok := webdriver.ParseScreen(screen)
+	if !ok {
+		return body
+	}
+	args := []any{fmt.Sprintf("--window-size=%d,%d", w, h), fmt.Sprintf("--screen-info={%dx%d}", w, h)}
+	return withChromium(body, func(opts map[string]any) {
+		list, _ := opts["args"].([]any)
+		for _, a := range list {
+			if s, _ := a.(string); strings.HasPrefix(s, "--window-size") || strings.HasPrefix(s, "--screen-info") {
+				return // the client sized it itself
+			}
+		}
+		opts["args"] = append(list, args...)
+	})
+}
+
+// withChromium edits the options of a Chromium-based browser (Chrome, Chromium,
+// Edge) in a new-session body; another browser's body is returned as it is.
+func withChromium(body []byte, edit func(opts map[string]any)) []byte {
 	var req map[string]any
 	if json.Unmarshal(body, &req) != nil {
 		return body
@@ -196,18 +243,17 @@ func withDownloadDir(body []byte, dir string) []byte {
 	if always == nil {
 		return body
 	}
-	prefs := map[string]any{"download.default_directory": dir, "download.prompt_for_download": false, "savefile.default_directory": dir}
 	name, _ := always["browserName"].(string)
 	for key, names := range map[string][]string{"goog:chromeOptions": {"chrome", "chromium", ""}, "ms:edgeOptions": {"MicrosoftEdge", "msedge"}} {
 		_, asked := always[key]
 		if !asked && !slices.Contains(names, name) {
-			continue // another browser: its driver takes no Chromium prefs
+			continue // another browser: its driver takes no Chromium options
 		}
 		opts, _ := always[key].(map[string]any)
 		if opts == nil {
 			opts = map[string]any{}
 		}
-		opts["prefs"] = webdriver.Merge(asMap(opts["prefs"]), prefs)
+		edit(opts)
 		always[key] = opts
 	}
 	out, err := json.Marshal(req)

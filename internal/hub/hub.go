@@ -60,6 +60,8 @@ type Options struct {
 	RetryCount int
 	// LogDir is -log-output-dir, served at /logs/. Empty: /logs/ lists nothing.
 	LogDir string
+	// VideoDir is -video-output-dir, served at /video/. Empty: no videos.
+	VideoDir string
 	// MaxUploadSize is -max-upload-size: the largest file upload (Selenium's
 	// /se/file or /file body) passed to a driver. Zero: DefaultMaxUploadSize.
 	MaxUploadSize int64
@@ -292,6 +294,9 @@ func (h *Hub) routes() *mux.Router {
 	r.HandleFunc("/download/{id}/", h.downloads)
 	r.HandleFunc("/download/{id}/{file}", h.downloads)
 	r.HandleFunc("/clipboard/{id}", h.clipboard)
+	r.HandleFunc("/vnc/{id}", h.vnc)
+	r.HandleFunc("/video/", h.video)
+	r.HandleFunc("/video/{name}", h.video)
 	r.HandleFunc("/devtools/{id}", h.devtools)
 	r.HandleFunc("/devtools/{id}/{rest:.*}", h.devtools)
 	r.HandleFunc("/wd/hub/status", h.w3cStatus).Methods(http.MethodGet)

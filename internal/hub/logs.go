@@ -45,7 +45,7 @@ func (h *Hub) logs(w http.ResponseWriter, r *http.Request) {
 		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation, "no session logs are kept: start the hub with -log-output-dir (and enableLog, or -save-all-logs)")
 		return
 	}
-	h.localDownloads(w, r, h.opts.LogDir, name)
+	serveDir(w, r, h.opts.LogDir, name, logFiles)
 }
 
 // followLog streams a live session's output.

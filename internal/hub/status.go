@@ -149,12 +149,12 @@ func (h *Hub) gateStats() any {
 // the client's, with Selenoid's flat fields (name, version, screenResolution,
 // enableVNC, enableVideo) added where the client did not set them.
 func selenoidCaps(s *session.Session) map[string]any {
-	out := make(map[string]any, len(s.Caps)+6)
+	out := make(map[string]any, len(s.Caps)+7)
 	for k, v := range s.Caps {
 		out[k] = v
 	}
 	for k, v := range map[string]any{"browserName": s.Browser, "version": s.Version, "name": s.Name,
-		"screenResolution": s.Screen, "enableVNC": s.VNC, "enableVideo": false} {
+		"screenResolution": s.Screen, "enableVNC": s.VNC, "enableVideo": s.Video != "", "videoName": s.Video} {
 		if _, set := out[k]; !set {
 			out[k] = v
 		}

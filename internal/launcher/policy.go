@@ -67,6 +67,9 @@ func CheckClient(b config.Resolved, o webdriver.Options, caps map[string]any) er
 	if net := o.Networking(); len(net) > 0 && b.Browser != nil && b.Image.IsCommand() {
 		return &webdriver.ArgumentError{Msg: fmt.Sprintf("%s runs as a local driver process, where %s cannot apply; they work for browsers in containers", b, strings.Join(net, ", "))}
 	}
+	if o.EnableVideo && b.Browser != nil && b.Image.IsCommand() {
+		return &webdriver.ArgumentError{Msg: fmt.Sprintf("%s runs as a local driver process, which has no screen to record; enableVideo works for browsers in containers (docs/live-view.md)", b)}
+	}
 	if b.Browser != nil && b.AllowClientBinary {
 		return nil
 	}

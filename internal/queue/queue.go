@@ -79,13 +79,14 @@ func (o StartOutcome) String() string {
 // waiter only when a slot is free AND the gate permits a start, so time spent
 // waiting for the gate is queue wait, under the same budgets.
 type Gate interface {
-	// TryStart reserves a start. It is called with the queue's lock held and must
-	// not call back into the queue.
-	TryStart() bool
-	// CanStart reports whether TryStart would succeed now.
-	CanStart() bool
-	// FinishStart ends a reserved start.
-	FinishStart(o StartOutcome, latency time.Duration)
+	// TryStart reserves a start of the given cost (how many containers it starts,
+	// ≥ 1). It is called with the queue's lock held and must not call back into
+	// the queue.
+	TryStart(cost int) bool
+	// CanStart reports whether TryStart(cost) would succeed now.
+	CanStart(cost int) bool
+	// FinishStart ends a reserved start of that cost.
+	FinishStart(cost int, o StartOutcome, latency time.Duration)
 	// Notify gives the gate the function to call, outside its own lock, whenever
 	// it may newly permit a start without a slot being released (its limit rose,
 	// the engine came back). The queue passes its Kick; without it, waiters
@@ -99,7 +100,12 @@ type Request struct {
 	ID string
 	// NoWait refuses the request at once instead of queueing it.
 	NoWait bool
+	// Cost is what its start weighs with the start gate: the containers it
+	// starts (a browser with a video recorder is 2). Zero means 1.
+	Cost int
 }
+
+func (r Request) cost() int { return max(r.Cost, 1) }
 
 // Outcome is the queue's answer to one Acquire.
 type Outcome struct {
@@ -158,6 +164,7 @@ type Slot struct {
 	released atomic.Bool
 	started  atomic.Bool // the start permit has been given back
 	admitted time.Time
+	cost     int
 }
 
 // Started reports how the browser start ended; from then on the session counts
@@ -166,7 +173,7 @@ func (s *Slot) Started(o StartOutcome) {
 	if s == nil || s.q.opts.Gate == nil || !s.started.CompareAndSwap(false, true) {
 		return
 	}
-	s.q.opts.Gate.FinishStart(o, time.Since(s.admitted))
+	s.q.opts.Gate.FinishStart(s.cost, o, time.Since(s.admitted))
 }
 
 // Release gives the slot back, handing it to the oldest live waiter if there is one.
@@ -245,12 +252,12 @@ func (q *Queue) Acquire(ctx context.Context, r Request) (*Slot, Outcome) {
 	if q.closed {
 		return nil, q.refuseLocked(r, Outcome{Idle: idle, limit: q.opts.Limit, opts: &q.opts}, ReasonClosed)
 	}
-	if q.inUse < q.opts.Limit && q.waiters.Len() == 0 && q.tryStartLocked() {
+	if q.inUse < q.opts.Limit && q.waiters.Len() == 0 && q.tryStartLocked(r.cost()) {
 		q.inUse++
 		q.lastFast = now
 		q.mu.Unlock()
 		q.m.wait.Observe(0)
-		return &Slot{q: q, admitted: now}, Outcome{Admitted: true, Fast: true, Idle: idle, limit: q.opts.Limit, opts: &q.opts}
+		return &Slot{q: q, admitted: now, cost: r.cost()}, Outcome{Admitted: true, Fast: true, Idle: idle, limit: q.opts.Limit, opts: &q.opts}
 	}
 	out := Outcome{Idle: idle, State: q.stateAt(idle), limit: q.opts.Limit, opts: &q.opts}
 	switch {
@@ -291,7 +298,7 @@ func (q *Queue) Acquire(ctx context.Context, r Request) (*Slot, Outcome) {
 	if w.granted {
 		q.mu.Unlock()
 		out.Waited, out.Fast = w.waited, w.fast
-		s := &Slot{q: q, admitted: w.queued.Add(w.waited)}
+		s := &Slot{q: q, admitted: w.queued.Add(w.waited), cost: r.cost()}
 		if ctx.Err() != nil {
 			// The client left as the slot arrived: pass it on rather than leak it.
 			s.Release()
@@ -415,8 +422,8 @@ func (q *Queue) Kick() {
 	q.mu.Unlock()
 }
 
-func (q *Queue) tryStartLocked() bool {
-	return q.opts.Gate == nil || q.opts.Gate.TryStart()
+func (q *Queue) tryStartLocked(cost int) bool {
+	return q.opts.Gate == nil || q.opts.Gate.TryStart(cost)
 }
 
 // dispatchLocked hands free slots to the oldest live waiters. Waiters whose client
@@ -433,7 +440,7 @@ func (q *Queue) dispatchLocked(now time.Time) {
 			q.removeLocked(w)
 			continue
 		}
-		if !q.tryStartLocked() {
+		if !q.tryStartLocked(w.req.cost()) {
 			return
 		}
 		q.removeLocked(w)
@@ -474,7 +481,7 @@ func (q *Queue) Stats() Stats {
 	if e := q.waiters.Front(); e != nil {
 		s.OldestWait = now.Sub(e.Value.(*waiter).queued)
 	}
-	full := q.inUse >= q.opts.Limit || s.Waiting > 0 || (q.opts.Gate != nil && !q.opts.Gate.CanStart())
+	full := q.inUse >= q.opts.Limit || s.Waiting > 0 || (q.opts.Gate != nil && !q.opts.Gate.CanStart(1))
 	s.Congested = full && !q.opts.Disabled && q.stateAt(s.Idle) == Saturated
 	return s
 }

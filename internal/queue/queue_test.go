@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -459,31 +460,33 @@ type fakeGate struct {
 	permits  int
 	inFlight int
 	finished []StartOutcome
+	costs    []int // of each TryStart that succeeded
 	wake     func()
 }
 
-func (g *fakeGate) TryStart() bool {
+func (g *fakeGate) TryStart(cost int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.inFlight >= g.permits {
+	if g.inFlight+cost > g.permits {
 		return false
 	}
-	g.inFlight++
+	g.inFlight += cost
+	g.costs = append(g.costs, cost)
 	return true
 }
 
 func (g *fakeGate) Notify(wake func()) { g.wake = wake }
 
-func (g *fakeGate) CanStart() bool {
+func (g *fakeGate) CanStart(cost int) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.inFlight < g.permits
+	return g.inFlight+cost <= g.permits
 }
 
-func (g *fakeGate) FinishStart(o StartOutcome, _ time.Duration) {
+func (g *fakeGate) FinishStart(cost int, o StartOutcome, _ time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.inFlight--
+	g.inFlight -= cost
 	g.finished = append(g.finished, o)
 }
 
@@ -552,4 +555,44 @@ func TestAcquireAfterClientLeft(t *testing.T) {
 	if s, out := q.Acquire(ctx, Request{}); s != nil || out.Reason != ReasonCancelled || q.Stats().InUse != 0 {
 		t.Fatalf("%+v", out)
 	}
+}
+
+// A request's cost reaches the gate when it is admitted, at once or from the
+// queue, and goes back with Started.
+func TestRequestCostReachesTheGate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &fakeGate{permits: 3}
+		q, err := New(Options{Limit: 5, Timeout: time.Minute, Gate: g}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, out := q.Acquire(context.Background(), Request{ID: "A", Cost: 2})
+		if !out.Admitted {
+			t.Fatal("A not admitted")
+		}
+		var b *Slot
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			b, _ = q.Acquire(context.Background(), Request{ID: "B", Cost: 2})
+		}()
+		synctest.Wait()
+		if b != nil || q.Stats().Waiting != 1 {
+			t.Fatal("B (cost 2) admitted beside A (cost 2) under 3 permits")
+		}
+		a.Started(StartSucceeded)
+		q.Kick() // what the real gate's Notify does
+		<-done
+		if b == nil {
+			t.Fatal("B not admitted once A's start finished")
+		}
+		b.Started(StartSucceeded)
+		a.Release()
+		b.Release()
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if !slices.Equal(g.costs, []int{2, 2}) || g.inFlight != 0 {
+			t.Fatalf("gate saw costs %v, %d in flight; want [2 2], 0", g.costs, g.inFlight)
+		}
+	})
 }

@@ -58,6 +58,8 @@ type Session struct {
 	// VNC says the session's screen can be watched (enableVNC, and the image
 	// serves VNC).
 	VNC bool
+	// Video is the name its recording will have (enableVideo); "" without.
+	Video string
 	// BiDiPath is the path of the driver's WebDriver BiDi socket on its own port,
 	// when the client asked for webSocketUrl; "" otherwise.
 	BiDiPath string

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -210,6 +211,15 @@ type Options struct {
 	EnableLog bool   `json:"enableLog,omitempty"`
 	LogName   string `json:"logName,omitempty"`
 
+	// Video recording (Selenoid's names); containers only. A zero field takes
+	// Selenoid's default: <session-id>.mp4, the screen's size, 12 frames a
+	// second, libx264.
+	EnableVideo     bool   `json:"enableVideo,omitempty"`
+	VideoName       string `json:"videoName,omitempty"`
+	VideoScreenSize string `json:"videoScreenSize,omitempty"`
+	VideoFrameRate  int    `json:"videoFrameRate,omitempty"`
+	VideoCodec      string `json:"videoCodec,omitempty"`
+
 	// Per-session networking (Selenoid's names); containers only.
 	HostsEntries          []string `json:"hostsEntries,omitempty"`          // "host:ip" lines for /etc/hosts
 	DNSServers            []string `json:"dnsServers,omitempty"`            // resolver addresses
@@ -237,13 +247,12 @@ func (o Options) Networking() []string {
 // websummoner:options or selenoid:options is refused rather than ignored.
 var knownOptions = map[string]bool{"name": true, "sessionTimeout": true, "env": true, "labels": true, "screenResolution": true,
 	"timeZone": true, "enableVNC": true, "hostsEntries": true, "dnsServers": true, "additionalNetworks": true,
-	"applicationContainers": true, "containerHostname": true, "enableLog": true, "logName": true}
+	"applicationContainers": true, "containerHostname": true, "enableLog": true, "logName": true,
+	"enableVideo": true, "videoName": true, "videoScreenSize": true, "videoFrameRate": true, "videoCodec": true}
 
 // notYetOptions are Selenoid options the hub does not implement yet: false or
 // empty is accepted, anything else refused, saying so.
 var notYetOptions = map[string]string{
-	"enableVideo": "video recording", "videoName": "video recording", "videoScreenSize": "video recording",
-	"videoFrameRate": "video recording", "videoCodec": "video recording",
 	"s3KeyPattern": "S3 upload", "skin": "emulator skins",
 }
 
@@ -329,6 +338,9 @@ func parseOptions(caps map[string]any, legacyTopLevel bool) (Options, error) {
 	}
 	if n := o.LogName; n != "" && (strings.ContainsAny(n, "/\\") || n == "." || n == ".." || len(n) > 255) {
 		return o, argErr("%s.logName %q must be a file name, without a path", key, n)
+	}
+	if err := checkScreen(key, &o); err != nil {
+		return o, err
 	}
 	if aux.Labels != nil {
 		m, ok := aux.Labels.(map[string]any)
@@ -432,6 +444,91 @@ func checkNetworking(key string, o Options) error {
 	}
 	if h := o.ContainerHostname; h != "" && (len(h) > 63 || strings.Trim(h, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") != "") {
 		return argErr("%s.containerHostname %q must be a host name (letters, digits, '-', '.')", key, h)
+	}
+	return nil
+}
+
+// Screen and video bounds: a screen as large as 8K, depths X servers offer,
+// frame rates a recorder keeps up with.
+const (
+	maxScreenSide  = 8192
+	maxFrameRate   = 60
+	defaultScreen  = "1920x1080x24"
+	videoNameChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+)
+
+// ParseScreen reads "WxH" or "WxHxDEPTH" (depth 8, 16 or 24) into its parts; a
+// missing depth is 24.
+func ParseScreen(s string) (w, h, depth int, ok bool) {
+	parts := strings.Split(s, "x")
+	if len(parts) < 2 || len(parts) > 3 {
+		return 0, 0, 0, false
+	}
+	depth = 24
+	nums := []*int{&w, &h, &depth}
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 || p[0] == '+' {
+			return 0, 0, 0, false
+		}
+		*nums[i] = n
+	}
+	if w < 16 || h < 16 || w > maxScreenSide || h > maxScreenSide || (depth != 8 && depth != 16 && depth != 24) {
+		return 0, 0, 0, false
+	}
+	return w, h, depth, true
+}
+
+// Screen is the session's screen as "WxHxDEPTH": screenResolution, or the
+// images' default 1920x1080x24.
+func (o Options) Screen() string {
+	if o.ScreenResolution == "" {
+		return defaultScreen
+	}
+	w, h, d, _ := ParseScreen(o.ScreenResolution)
+	return fmt.Sprintf("%dx%dx%d", w, h, d)
+}
+
+// checkScreen validates screenResolution and the video options, and fills the
+// video defaults when enableVideo is set.
+func checkScreen(key string, o *Options) error {
+	if o.ScreenResolution != "" {
+		if _, _, _, ok := ParseScreen(o.ScreenResolution); !ok {
+			return argErr("%s.screenResolution %q must be WIDTHxHEIGHT or WIDTHxHEIGHTxDEPTH (depth 8, 16 or 24; sides 16 to %d), such as \"1920x1080x24\"", key, o.ScreenResolution, maxScreenSide)
+		}
+	}
+	if n := o.VideoName; n != "" {
+		if len(n) > 200 || n[0] == '.' || strings.Trim(n, videoNameChars) != "" || !strings.Contains(n, ".") {
+			return argErr("%s.videoName %q must be a file name with an extension, such as \"checkout.mp4\" (letters, digits, '.', '_', '-'; no path)", key, n)
+		}
+	}
+	sw, sh, _, _ := ParseScreen(o.Screen())
+	if v := o.VideoScreenSize; v != "" {
+		w, h, _, ok := ParseScreen(v)
+		if !ok || strings.Count(v, "x") != 1 {
+			return argErr("%s.videoScreenSize %q must be WIDTHxHEIGHT, such as \"1280x720\"", key, v)
+		}
+		if w > sw || h > sh {
+			return argErr("%s.videoScreenSize %s is larger than the screen (%dx%d); set screenResolution at least as large", key, v, sw, sh)
+		}
+	}
+	if r := o.VideoFrameRate; r < 0 || r > maxFrameRate {
+		return argErr("%s.videoFrameRate %d must be from 1 to %d frames a second", key, r, maxFrameRate)
+	}
+	if c := o.VideoCodec; c != "" && (len(c) > 32 || strings.Trim(c, "abcdefghijklmnopqrstuvwxyz0123456789_") != "") {
+		return argErr("%s.videoCodec %q must be an ffmpeg encoder name, such as \"libx264\" or \"mpeg4\"", key, c)
+	}
+	if !o.EnableVideo {
+		return nil
+	}
+	if o.VideoScreenSize == "" {
+		o.VideoScreenSize = fmt.Sprintf("%dx%d", sw, sh)
+	}
+	if o.VideoFrameRate == 0 {
+		o.VideoFrameRate = 12
+	}
+	if o.VideoCodec == "" {
+		o.VideoCodec = "libx264"
 	}
 	return nil
 }

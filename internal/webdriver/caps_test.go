@@ -72,7 +72,19 @@ func TestMalformed(t *testing.T) {
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":1e300}}}}`:                "must be a number of seconds",
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":"9999999h"}}}}`:           "positive duration",
 		`{"capabilities":{"firstMatch":[` + strings.Repeat(`{},`, MaxFirstMatch) + `{}]}}`:              "at most 64",
-		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"enableVideo":true}}}}`:                    "video recording is not supported by this hub yet",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"s3KeyPattern":"a"}}}}`:                    "S3 upload is not supported by this hub yet",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"screenResolution":"big"}}}}`:              "must be WIDTHxHEIGHT or WIDTHxHEIGHTxDEPTH",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"screenResolution":"1920x1080x32"}}}}`:     "depth 8, 16 or 24",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"screenResolution":"99999x10"}}}}`:         "sides 16 to 8192",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"screenResolution":"+800x600"}}}}`:         "must be WIDTHxHEIGHT",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"videoName":"../x.mp4"}}}}`:                "must be a file name with an extension",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"videoName":".hidden.mp4"}}}}`:             "must be a file name with an extension",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"videoName":"noext"}}}}`:                   "must be a file name with an extension",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"videoScreenSize":"1280x720x24"}}}}`:       "videoScreenSize \"1280x720x24\" must be WIDTHxHEIGHT",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"videoScreenSize":"2000x1000"}}}}`:         "larger than the screen (1920x1080)",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"videoFrameRate":500}}}}`:                  "from 1 to 60",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"videoFrameRate":2.5}}}}`:                  "videoFrameRate",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"videoCodec":"x264; rm -rf /"}}}}`:         "must be an ffmpeg encoder name",
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"enableLog":true,"logName":"../x.log"}}}}`: "must be a file name, without a path",
 		`{"capabilities":{"alwaysMatch":{"websummoner:options":{"nmae":"typo"}}}}`:                      "websummoner:options.nmae is not an option this hub knows",
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"hostsEntries":["no-ip"]}}}}`:              `hostsEntries entry "no-ip" must be "host:ip"`,
@@ -172,5 +184,32 @@ func TestWriteError(t *testing.T) {
 	var b ErrorBody
 	if err := json.Unmarshal(rec.Body.Bytes(), &b); err != nil || rec.Code != 404 || b.Value.Error != "invalid session id" || b.Value.Message != "gone" {
 		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+}
+
+// Selenoid's video options take Selenoid's defaults, from the session's screen.
+func TestVideoDefaults(t *testing.T) {
+	for body, want := range map[string]Options{
+		`{"enableVideo":true}`: {EnableVideo: true, VideoScreenSize: "1920x1080", VideoFrameRate: 12, VideoCodec: "libx264"},
+		`{"enableVideo":true,"screenResolution":"1280x1024x16"}`: {EnableVideo: true, ScreenResolution: "1280x1024x16",
+			VideoScreenSize: "1280x1024", VideoFrameRate: 12, VideoCodec: "libx264"},
+		`{"enableVideo":true,"screenResolution":"1280x1024","videoScreenSize":"640x480","videoFrameRate":25,"videoCodec":"mpeg4","videoName":"run-1.mkv"}`: {
+			EnableVideo: true, ScreenResolution: "1280x1024", VideoScreenSize: "640x480", VideoFrameRate: 25, VideoCodec: "mpeg4", VideoName: "run-1.mkv"},
+		`{"enableVideo":false,"videoFrameRate":25}`: {VideoFrameRate: 25},
+	} {
+		n, err := ParseNewSession([]byte(`{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":` + body + `}}}`))
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		c, err := n.Candidates()
+		if err != nil {
+			t.Fatalf("%s: %v", body, err)
+		}
+		if got := c[0].Options; !reflect.DeepEqual(got, want) {
+			t.Errorf("%s:\n got %+v\nwant %+v", body, got, want)
+		}
+	}
+	if s := (Options{ScreenResolution: "1280x1024"}).Screen(); s != "1280x1024x24" {
+		t.Errorf("Screen() = %q, want the depth added", s)
 	}
 }

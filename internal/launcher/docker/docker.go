@@ -74,6 +74,11 @@ type Options struct {
 	SweepInterval time.Duration
 	// HealthInterval is how often the engine is pinged; zero means 5s.
 	HealthInterval time.Duration
+	// VideoDir is -video-output-dir, where finished recordings are written; with
+	// VideoImage (-video-recorder-image) it enables enableVideo. Empty: sessions
+	// asking for video are refused.
+	VideoDir   string
+	VideoImage string
 	// OnHealth, if set, is told each change of the engine's health (the start
 	// gate's second signal).
 	OnHealth func(up bool)
@@ -111,8 +116,9 @@ type Launcher struct {
 	upErr  atomic.Value // string: why the engine is down
 
 	mu       sync.Mutex
-	live     map[string]*instance // container id → instance
-	creating map[string]bool      // container names being created
+	live      map[string]*instance // container id → instance
+	recorders map[string]*instance // recorder container id → its browser's instance
+	creating  map[string]bool      // container names being created
 }
 
 // New returns a Docker launcher. Run must be called for the health check, the
@@ -137,8 +143,9 @@ func New(opts Options, engine Engine, logger *slog.Logger, reg prometheus.Regist
 	l := &Launcher{
 		opts: opts, engine: engine, log: logger,
 		client:   launcher.ReadyClient(),
-		live:     map[string]*instance{},
-		creating: map[string]bool{},
+		live:      map[string]*instance{},
+		recorders: map[string]*instance{},
+		creating:  map[string]bool{},
 	}
 	l.upErr.Store("not checked yet")
 	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -206,6 +213,9 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 	if err != nil {
 		return nil, err
 	}
+	if err := l.checkRecorder(ctx, r); err != nil {
+		return nil, err
+	}
 	token := make([]byte, 6)
 	_, _ = rand.Read(token)
 	session := r.ID + "-" + hex.EncodeToString(token)
@@ -225,13 +235,13 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 		l.mu.Unlock()
 		return nil, l.startErr(ctx, r.Browser, launcher.PhaseStart, "creating the container", err)
 	}
-	inst := &instance{l: l, id: created.ID, name: cname, exited: make(chan struct{}), opts: r.Options}
+	inst := &instance{l: l, id: created.ID, name: cname, exited: make(chan struct{}), opts: r.Options, requestID: r.ID}
 	l.mu.Lock()
 	l.live[created.ID] = inst
 	delete(l.creating, cname)
 	l.mu.Unlock()
 
-	endpoints, err := l.run(ctx, inst, r, side)
+	endpoints, err := l.run(ctx, inst, r, session, side)
 	if err != nil {
 		// Removed even when the client left: the context for that is not the client's.
 		_ = l.removeNow(context.WithoutCancel(ctx), inst)
@@ -246,7 +256,7 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 }
 
 // run starts a created container and waits until its driver answers.
-func (l *Launcher) run(ctx context.Context, inst *instance, r launcher.Request, side []nat.Port) (launcher.Endpoints, error) {
+func (l *Launcher) run(ctx context.Context, inst *instance, r launcher.Request, session string, side []nat.Port) (launcher.Endpoints, error) {
 	var e launcher.Endpoints
 	for _, n := range r.Options.AdditionalNetworks {
 		if err := l.engine.NetworkConnect(ctx, n, inst.id, &network.EndpointSettings{}); err != nil {
@@ -256,6 +266,11 @@ func (l *Launcher) run(ctx context.Context, inst *instance, r launcher.Request, 
 	}
 	if err := l.engine.ContainerStart(ctx, inst.id, container.StartOptions{}); err != nil {
 		return e, l.startErr(ctx, r.Browser, launcher.PhaseStart, "starting the container", err)
+	}
+	if r.Options.EnableVideo {
+		if err := l.startRecorder(ctx, inst, r, session); err != nil {
+			return e, err
+		}
 	}
 	info, err := l.engine.ContainerInspect(ctx, inst.id)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
@@ -30,8 +32,10 @@ type instance struct {
 	reason    string
 	stop      sync.Once
 	stopErr   error
-	opts      webdriver.Options // the client's options: enableLog, logName
+	opts      webdriver.Options // the client's options: enableLog, logName, video
 	sessionID string
+	requestID string
+	recorder  *recorder // set when the session records video
 }
 
 func (i *instance) exit(reason string) {
@@ -108,12 +112,29 @@ func (i *instance) ExitReason() string {
 	return i.reason
 }
 
-// Stop keeps the container's log if asked, then removes the container, within
+// Stop keeps the container's log and finishes its video if asked, then
+// removes the container and its recorder, within
 // ctx and -session-delete-timeout. A removal that fails is returned and left to
 // the sweep.
 func (i *instance) Stop(ctx context.Context) error {
 	i.stop.Do(func() {
+		video := make(chan struct{})
+		go func() {
+			defer close(video)
+			if i.recorder == nil {
+				return
+			}
+			// While the browser still runs: its screen is what is recorded.
+			name, err := i.finishVideo(ctx)
+			switch {
+			case err != nil:
+				logtag.Event(i.l.log, slog.LevelWarn, i.requestID, "VIDEO_FAILED", err)
+			case name != "":
+				logtag.Event(i.l.log, slog.LevelInfo, i.requestID, "VIDEO_SAVED", name)
+			}
+		}()
 		logErr := i.keepLog(ctx)
+		<-video
 		i.stopErr = errors.Join(logErr, i.l.removeNow(ctx, i))
 	})
 	return i.stopErr

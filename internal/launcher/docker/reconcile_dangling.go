@@ -23,10 +23,19 @@ func (l *Launcher) removeNow(ctx context.Context, inst *instance) error {
 	defer func() {
 		l.mu.Lock()
 		delete(l.live, inst.id)
+		if inst.recorder != nil {
+			delete(l.recorders, inst.recorder.id)
+		}
 		l.mu.Unlock()
 	}()
 	ctx, cancel := context.WithTimeout(ctx, l.opts.StopTimeout)
 	defer cancel()
+	if rec := inst.recorder; rec != nil {
+		// First: it lives in the browser's network namespace.
+		if err := l.engine.ContainerRemove(ctx, rec.id, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errdefs.IsNotFound(err) {
+			logtag.Event(l.log, slog.LevelWarn, "", "CONTAINER_REMOVE_FAILED", shortID(rec.id), err, "the sweep will retry")
+		}
+	}
 	err := l.engine.ContainerRemove(ctx, inst.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !errdefs.IsNotFound(err) {
 		logtag.Event(l.log, slog.LevelWarn, "", "CONTAINER_REMOVE_FAILED", shortID(inst.id), err, "the sweep will retry")
@@ -48,7 +57,7 @@ func (l *Launcher) sweep(ctx context.Context, all bool) int {
 	n := 0
 	for _, c := range list {
 		l.mu.Lock()
-		owned := l.live[c.ID] != nil
+		owned := l.live[c.ID] != nil || l.recorders[c.ID] != nil
 		for _, cn := range c.Names {
 			owned = owned || l.creating[strings.TrimPrefix(cn, "/")]
 		}

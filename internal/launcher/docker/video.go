@@ -1,0 +1,162 @@
+package docker
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/errdefs"
+
+	"github.com/websummoner/websummoner/internal/launcher"
+)
+
+// LabelRole marks a container that is not a browser: "recorder" for a video
+// recorder. The sweeps treat it as the browser's, by its instance label.
+const LabelRole = "websummoner.role"
+
+// recordingDir is where a recorder writes inside its container (Selenoid's
+// recorder contract); the file is copied out when the recorder has stopped.
+const recordingDir = "/data"
+
+// recorder is a session's video recorder: a container of -video-recorder-image
+// in the browser container's network namespace, recording its display.
+type recorder struct {
+	id   string
+	file string // inside the container: "video" and the asked-for extension
+}
+
+// checkRecorder fails, before the browser container exists, when a session
+// asks for video and the hub cannot record it.
+func (l *Launcher) checkRecorder(ctx context.Context, r launcher.Request) error {
+	if !r.Options.EnableVideo {
+		return nil
+	}
+	if l.opts.VideoDir == "" || l.opts.VideoImage == "" {
+		return &launcher.StartError{Phase: launcher.PhaseImage, Browser: r.Browser.String(),
+			Msg: "enableVideo needs -video-output-dir and -video-recorder-image on this hub"}
+	}
+	_, err := l.engine.ImageInspect(ctx, l.opts.VideoImage)
+	switch {
+	case errdefs.IsNotFound(err):
+		return &launcher.StartError{Phase: launcher.PhaseImage, Browser: r.Browser.String(),
+			Msg: fmt.Sprintf("video recorder image %q (-video-recorder-image) is not on the Docker engine; build it with images/recorder/build.sh — the hub never pulls images", l.opts.VideoImage)}
+	case err != nil:
+		return l.startErr(ctx, r.Browser, launcher.PhaseImage, "inspecting the video recorder image", err)
+	}
+	return nil
+}
+
+// startRecorder starts the recorder next to a started browser container. Its
+// display may not be up yet; the recorder waits for it.
+func (l *Launcher) startRecorder(ctx context.Context, inst *instance, r launcher.Request, session string) error {
+	o := r.Options
+	ext := path.Ext(o.VideoName)
+	if ext == "" {
+		ext = ".mp4"
+	}
+	rec := &recorder{file: "video" + ext}
+	cfg := &container.Config{
+		Image: l.opts.VideoImage,
+		Env: []string{"FILE_NAME=" + rec.file, "VIDEO_SIZE=" + o.VideoScreenSize, "FRAME_RATE=" + strconv.Itoa(o.VideoFrameRate),
+			"CODEC=" + o.VideoCodec, "DISPLAY=:99", "BROWSER_CONTAINER_NAME=127.0.0.1"},
+		Labels: map[string]string{LabelInstance: l.opts.Instance, LabelSession: session, LabelBrowser: r.Browser.String(), LabelRole: "recorder"},
+	}
+	host := &container.HostConfig{NetworkMode: container.NetworkMode("container:" + inst.id)}
+	name := inst.name + "-recorder"
+	l.mu.Lock()
+	l.creating[name] = true
+	l.mu.Unlock()
+	created, err := l.engine.ContainerCreate(ctx, cfg, host, nil, nil, name)
+	l.mu.Lock()
+	delete(l.creating, name)
+	if err == nil {
+		rec.id = created.ID
+		inst.recorder = rec
+		l.recorders[created.ID] = inst
+	}
+	l.mu.Unlock()
+	if err != nil {
+		return l.startErr(ctx, r.Browser, launcher.PhaseStart, "creating the video recorder", err)
+	}
+	if err := l.engine.ContainerStart(ctx, rec.id, container.StartOptions{}); err != nil {
+		return l.startErr(ctx, r.Browser, launcher.PhaseStart, "starting the video recorder", err)
+	}
+	return nil
+}
+
+// finishVideo stops the recorder with SIGINT, so the file gets its index, and
+// copies the file into -video-output-dir under its final name, through a
+// temporary name: a listed video is always complete. removeNow removes the
+// recorder afterwards. It returns the file's name.
+func (i *instance) finishVideo(ctx context.Context) (string, error) {
+	rec := i.recorder
+	l := i.l
+	timeout := int((l.opts.StopTimeout + time.Second - 1) / time.Second)
+	if err := l.engine.ContainerStop(ctx, rec.id, container.StopOptions{Signal: "SIGINT", Timeout: &timeout}); err != nil && !errdefs.IsNotFound(err) {
+		return "", fmt.Errorf("stopping the video recorder %s: %w", shortID(rec.id), err)
+	}
+	i.mu.Lock()
+	id := i.sessionID
+	i.mu.Unlock()
+	final := i.opts.VideoName
+	if final == "" {
+		if id == "" {
+			return "", nil // no session was created: nothing to keep
+		}
+		final = id + path.Ext(rec.file)
+	}
+	rc, _, err := l.engine.CopyFromContainer(ctx, rec.id, recordingDir+"/"+rec.file)
+	if err != nil {
+		return final, fmt.Errorf("video %s: the recorder left no file (%v); its log: docker logs %s", final, err, shortID(rec.id))
+	}
+	defer rc.Close()
+	return final, saveVideo(rc, l.opts.VideoDir, final)
+}
+
+// saveVideo writes the one file of a tar stream (what the engine copies out of
+// a container) to dir/name, through a hidden temporary name.
+func saveVideo(r io.Reader, dir, name string) error {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("the copy held no file")
+			}
+			return fmt.Errorf("video %s: %w", name, err)
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		tok := make([]byte, 4)
+		_, _ = rand.Read(tok)
+		tmp := filepath.Join(dir, "."+name+"."+hex.EncodeToString(tok)+".part")
+		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return fmt.Errorf("video %s: %w (check -video-output-dir)", name, err)
+		}
+		_, err = io.Copy(f, tr)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp, filepath.Join(dir, name))
+		}
+		if err != nil {
+			_ = os.Remove(tmp)
+			return fmt.Errorf("video %s: %w", name, err)
+		}
+		return nil
+	}
+}
+
