@@ -2,10 +2,10 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
-	"fmt"
 	"io"
 	"math"
 	"net/http"

@@ -115,7 +115,7 @@ type Launcher struct {
 	up     atomic.Bool
 	upErr  atomic.Value // string: why the engine is down
 
-	mu       sync.Mutex
+	mu        sync.Mutex
 	live      map[string]*instance // container id → instance
 	recorders map[string]*instance // recorder container id → its browser's instance
 	creating  map[string]bool      // container names being created
@@ -142,7 +142,7 @@ func New(opts Options, engine Engine, logger *slog.Logger, reg prometheus.Regist
 	}
 	l := &Launcher{
 		opts: opts, engine: engine, log: logger,
-		client:   launcher.ReadyClient(),
+		client:    launcher.ReadyClient(),
 		live:      map[string]*instance{},
 		recorders: map[string]*instance{},
 		creating:  map[string]bool{},

@@ -159,4 +159,3 @@ func saveVideo(r io.Reader, dir, name string) error {
 		return nil
 	}
 }
-
