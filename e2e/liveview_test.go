@@ -360,3 +360,20 @@ func TestDockerRecorderSweptAfterHubKill(t *testing.T) {
 	}
 	(&dockerHub{hub: again, instance: d.instance}).assertClean(t)
 }
+
+// screenResolution applies to a local headless Chromium too: its window and the
+// screen the page sees. enableVideo is refused there, saying why.
+func TestScreenResolutionLocalDriver(t *testing.T) {
+	requireRealParts(t)
+	h := startHub(t, "-limit", "1")
+	id := chromeSession(t, h.url, `"screenResolution":"1280x1024x24"`)
+	if got := fmt.Sprint(execute(t, h.url, id, "return [screen.width, screen.height, innerWidth]")); got != "[1280 1024 1280]" {
+		t.Fatalf("screen.width, screen.height, innerWidth = %s, want [1280 1024 1280]", got)
+	}
+	call(t, "DELETE", h.url+"/wd/hub/session/"+id, "")
+	r := call(t, "POST", h.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"enableVideo":true}}}}`)
+	if r.status != 400 || !strings.Contains(r.Value.Message, "no screen to record") {
+		t.Fatalf("enableVideo on a local driver: %d %q", r.status, r.Value.Message)
+	}
+	h.stop(t)
+}

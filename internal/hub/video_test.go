@@ -1,0 +1,187 @@
+package hub
+
+import (
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/websocket"
+
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/queue"
+)
+
+// /video/ lists only finished videos, serves one with Range, removes one, and
+// refuses names that reach outside the directory.
+func TestVideoEndpoints(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "run-1.mp4"), []byte("0123456789"), 0o644)
+	os.WriteFile(filepath.Join(dir, ".run-2.mp4.1a2b.part"), []byte("still being written"), 0o644)
+	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+	f := newFixture(t, queue.Options{Limit: 1}, Options{VideoDir: dir}, &stubLauncher{})
+
+	resp, err := http.Get(f.srv.URL + "/video/?json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	json.NewDecoder(resp.Body).Decode(&names)
+	resp.Body.Close()
+	if !slices.Equal(names, []string{"run-1.mp4"}) {
+		t.Fatalf("listed %v, want only the finished run-1.mp4", names)
+	}
+	resp, _ = http.Get(f.srv.URL + "/video/")
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), `href="run-1.mp4"`) || strings.Contains(string(page), "part") {
+		t.Fatalf("HTML listing: %s", page)
+	}
+
+	req, _ := http.NewRequest("GET", f.srv.URL+"/video/run-1.mp4", nil)
+	req.Header.Set("Range", "bytes=2-5")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 206 || string(part) != "2345" || !strings.HasPrefix(resp.Header.Get("Content-Disposition"), "inline") {
+		t.Fatalf("Range: %d %q %q", resp.StatusCode, part, resp.Header.Get("Content-Disposition"))
+	}
+
+	for _, bad := range []string{"..%2Frun-1.mp4", "%2E%2E", ".run-2.mp4.1a2b.part", "a%5Cb"} {
+		if r, body := f.do("GET", "/video/"+bad, ""); r.StatusCode != 400 && r.StatusCode != 404 {
+			t.Errorf("GET /video/%s: %d %v", bad, r.StatusCode, body)
+		}
+	}
+	if r, _ := f.do("DELETE", "/video/sub", ""); r.StatusCode != 404 {
+		t.Errorf("DELETE of a directory: %d", r.StatusCode)
+	}
+	if r, _ := f.do("DELETE", "/video/run-1.mp4", ""); r.StatusCode != 200 {
+		t.Fatalf("DELETE: %d", r.StatusCode)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "run-1.mp4")); !os.IsNotExist(err) {
+		t.Fatal("the video is still there after DELETE")
+	}
+	if r, body := f.do("GET", "/video/run-1.mp4", ""); r.StatusCode != 404 {
+		t.Fatalf("GET after DELETE: %d %v", r.StatusCode, body)
+	}
+
+	none := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	if r, body := none.do("GET", "/video/", ""); r.StatusCode != 404 || !strings.Contains(body["value"].(map[string]any)["message"].(string), "-video-output-dir") {
+		t.Fatalf("a hub that records nothing: %d %v", r.StatusCode, body)
+	}
+}
+
+// Videos of every user's sessions are served to admins only.
+func TestVideosAreForAdmins(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "v.mp4"), []byte("x"), 0o644)
+	f := newFixture(t, queue.Options{Limit: 1}, Options{VideoDir: dir, Auth: authStore(t, "ops")}, &stubLauncher{})
+	if code, _, _ := as(t, f, "alice", "DELETE", "/video/v.mp4", ""); code != 403 {
+		t.Fatalf("a user deleted a video: %d", code)
+	}
+	if code, _, _ := as(t, f, "ops", "DELETE", "/video/v.mp4", ""); code != 200 {
+		t.Fatalf("an admin could not delete a video: %d", code)
+	}
+}
+
+// echoServer stands in for a browser's VNC server (e2e/liveview_test.go has the
+// real x11vnc): it echoes what it reads.
+func echoServer(t *testing.T) *url.URL {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	return &url.URL{Scheme: "tcp", Host: ln.Addr().String()}
+}
+
+// /vnc/{id} carries bytes both ways in binary frames for a session with
+// enableVNC, closes when the session ends, and refuses everything else clearly.
+func TestVNCThroughHub(t *testing.T) {
+	vnc := echoServer(t)
+	l := &stubLauncher{sides: func(e *launcher.Endpoints) { e.VNC = vnc }}
+	f := newFixture(t, queue.Options{Limit: 2}, Options{}, l)
+	_, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"enableVNC":true}}}}`)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	_, plain := f.do("POST", "/session", w3cChrome)
+	plainID := plain["value"].(map[string]any)["sessionId"].(string)
+
+	if r, body := f.do("GET", "/vnc/"+plainID, ""); r.StatusCode != 404 || !strings.Contains(body["value"].(map[string]any)["message"].(string), "enableVNC") {
+		t.Fatalf("a session without enableVNC: %d %v", r.StatusCode, body)
+	}
+	if r, _ := f.do("GET", "/vnc/"+id, ""); r.StatusCode != 400 {
+		t.Fatalf("a plain GET of the socket: %d", r.StatusCode)
+	}
+	if r, _ := f.do("GET", "/vnc/no-such-session", ""); r.StatusCode != 404 {
+		t.Fatalf("an unknown session: %d", r.StatusCode)
+	}
+
+	host := strings.TrimPrefix(f.srv.URL, "http://")
+	ws, err := websocket.Dial("ws://"+host+"/vnc/"+id, "", "http://ui.elsewhere.example/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws.PayloadType = websocket.BinaryFrame
+	ws.SetDeadline(time.Now().Add(5 * time.Second))
+	msg := []byte("RFB 003.008\n\x00\xff")
+	ws.Write(msg)
+	var frame []byte
+	if err := websocket.Message.Receive(ws, &frame); err != nil || string(frame) != string(msg) {
+		t.Fatalf("echo through /vnc/: %q %v", frame, err)
+	}
+	// Watching does not hold the session: the idle timer and DELETE work as usual.
+	f.do("DELETE", "/session/"+id, "")
+	if err := websocket.Message.Receive(ws, &frame); err == nil || strings.Contains(err.Error(), "timeout") {
+		t.Fatalf("the socket outlived the session: %v", err)
+	}
+	ws.Close()
+	f.do("DELETE", "/session/"+plainID, "")
+}
+
+// screenResolution sizes a Chromium browser's window and headless screen,
+// unless the client sized them itself; another browser's body is untouched.
+func TestWithScreen(t *testing.T) {
+	var got struct {
+		Capabilities struct {
+			AlwaysMatch struct {
+				Chrome struct {
+					Args []string `json:"args"`
+				} `json:"goog:chromeOptions"`
+			} `json:"alwaysMatch"`
+		} `json:"capabilities"`
+	}
+	body := []byte(`{"capabilities":{"alwaysMatch":{"browserName":"chrome","goog:chromeOptions":{"args":["--headless"]}},"firstMatch":[{}]}}`)
+	json.Unmarshal(withScreen(body, "1280x1024x24"), &got)
+	if a := got.Capabilities.AlwaysMatch.Chrome.Args; !slices.Equal(a, []string{"--headless", "--window-size=1280,1024", "--screen-info={1280x1024}"}) {
+		t.Fatalf("args %v", a)
+	}
+	own := []byte(`{"capabilities":{"alwaysMatch":{"browserName":"chrome","goog:chromeOptions":{"args":["--window-size=800,600"]}},"firstMatch":[{}]}}`)
+	got.Capabilities.AlwaysMatch.Chrome.Args = nil
+	json.Unmarshal(withScreen(own, "1280x1024"), &got)
+	if a := got.Capabilities.AlwaysMatch.Chrome.Args; !slices.Equal(a, []string{"--window-size=800,600"}) {
+		t.Fatalf("the client's own size was overridden: %v", a)
+	}
+	ff := `{"capabilities":{"alwaysMatch":{"browserName":"firefox"},"firstMatch":[{}]}}`
+	if out := string(withScreen([]byte(ff), "1280x1024")); strings.Contains(out, "window-size") {
+		t.Fatalf("firefox got Chromium arguments: %s", out)
+	}
+}

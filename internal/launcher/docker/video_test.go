@@ -1,0 +1,103 @@
+package docker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/websummoner/websummoner/internal/launcher"
+)
+
+// A copied-out video lands under its final name only when whole: no temporary
+// file is left, and an empty copy is an error.
+func TestSaveVideo(t *testing.T) {
+	dir := t.TempDir()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "video.mp4", Mode: 0o644, Size: 5, Typeflag: tar.TypeReg})
+	tw.Write([]byte("frame"))
+	tw.Close()
+	stream := bytes.Clone(buf.Bytes())
+	if err := saveVideo(&buf, dir, "s1.mp4"); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if data, _ := os.ReadFile(filepath.Join(dir, "s1.mp4")); string(data) != "frame" || len(entries) != 1 {
+		t.Fatalf("saved %q, %d entries in the directory", data, len(entries))
+	}
+	var empty bytes.Buffer
+	tar.NewWriter(&empty).Close()
+	if err := saveVideo(&empty, dir, "s2.mp4"); err == nil || !strings.Contains(err.Error(), "no file") {
+		t.Fatalf("an empty copy: %v", err)
+	}
+	if err := saveVideo(bytes.NewReader(stream), filepath.Join(dir, "missing"), "s3.mp4"); err == nil || !strings.Contains(err.Error(), "-video-output-dir") {
+		t.Fatalf("an unwritable directory: %v", err)
+	}
+}
+
+// enableVideo without a place to write or an image to record with fails before
+// any container exists, saying which flag to set.
+func TestVideoRefusedWithoutRecorder(t *testing.T) {
+	for _, c := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{}, "-video-output-dir and -video-recorder-image"},
+		{Options{VideoDir: t.TempDir(), VideoImage: "websummoner/no-such-recorder:none"}, "images/recorder/build.sh"},
+	} {
+		l, _ := newLauncher(t, c.opts, nil)
+		r := stubRequest()
+		r.Options.EnableVideo = true
+		_, err := l.Start(context.Background(), r)
+		var se *launcher.StartError
+		if !errors.As(err, &se) || se.Phase != launcher.PhaseImage || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%+v: %v, want an image-phase error naming %q", c.opts, err, c.want)
+		}
+		if n := len(containersOf(t, l.opts.Instance)); n != 0 {
+			t.Fatalf("%d containers after a refused start", n)
+		}
+	}
+}
+
+// A recorded session's recorder runs beside the browser, labelled as a
+// recorder, and goes with it. The stub image stands in for the recorder here
+// (it records nothing, so the loss is logged); e2e/liveview_test.go records a
+// real screen with the real recorder image.
+func TestRecorderLifecycle(t *testing.T) {
+	dir := t.TempDir()
+	l, ev := newLauncher(t, Options{VideoDir: dir, VideoImage: stubImage}, nil)
+	r := stubRequest()
+	r.Options.EnableVideo, r.Options.VideoScreenSize, r.Options.VideoFrameRate, r.Options.VideoCodec = true, "1920x1080", 12, "libx264"
+	inst, err := l.Start(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := containersOf(t, l.opts.Instance)
+	roles := map[string]int{}
+	for _, c := range list {
+		roles[c.Labels[LabelRole]]++
+	}
+	if len(list) != 2 || roles["recorder"] != 1 {
+		t.Fatalf("containers %d, roles %v; want a browser and a recorder", len(list), roles)
+	}
+	if n := l.Sweep(context.Background()); n != 0 {
+		t.Fatalf("the sweep removed %d containers of a live session", n)
+	}
+	inst.SessionCreated("s1", nil)
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ev.Wait(t, "[VIDEO_FAILED]", 30*time.Second)
+	if n := len(containersOf(t, l.opts.Instance)); n != 0 {
+		t.Fatalf("%d containers after Stop", n)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("a failed recording left %d files", len(entries))
+	}
+}
