@@ -49,6 +49,7 @@ vet:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/... | tee docs/bench/go-bench.txt
 	$(GO) run ./cmd/wsbench -out docs/bench | tee docs/bench/wsbench.txt
+	WEBSUMMONER_VIDEO_COST=20 WEBSUMMONER_VIDEO_COST_OUT=$(CURDIR)/docs/bench/video-cost.txt $(GO) test -count=1 -v -run '^TestVideoCost$$' ./e2e
 
 # Every fuzz target for FUZZTIME each (their seed corpora run in make test).
 FUZZTIME ?= 5m
@@ -63,6 +64,7 @@ fuzz:
 bench-short:
 	$(GO) test -run '^$$' -bench . -benchtime 10x ./internal/...
 	$(GO) run ./cmd/wsbench -short
+	WEBSUMMONER_VIDEO_COST=2 $(GO) test -count=1 -run '^TestVideoCost$$' ./e2e
 
 clean:
 	rm -rf bin

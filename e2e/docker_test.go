@@ -77,8 +77,9 @@ type dockerHub struct {
 
 // startDockerHub runs the hub in Docker mode with a browsers.json naming the test
 // images: "stub", "slow" (a stub that never answers), "ghost" (a missing image)
-// and "chrome" (real Chromium, headed on the image's virtual screen, as
-// config/browsers.docker.json runs it). Videos go to a directory of the test's.
+// "chrome" (real Chromium, headed on the image's virtual screen, as
+// config/browsers.docker.json runs it; version "headless": the same image with
+// --headless). Videos go to a directory of the test's.
 func startDockerHub(t *testing.T, instance string, args ...string) *dockerHub {
 	t.Helper()
 	conf := filepath.Join(t.TempDir(), "browsers.json")
@@ -86,11 +87,15 @@ func startDockerHub(t *testing.T, instance string, args ...string) *dockerHub {
   "stub":  {"default": "1", "versions": {"1": {"image": %q, "port": "4444", "path": "/"}}},
   "slow":  {"default": "1", "versions": {"1": {"image": %q, "port": "4444", "path": "/", "env": ["WDSTUB_LISTEN_DELAY=1h"]}}},
   "ghost": {"default": "1", "versions": {"1": {"image": "websummoner/ghost:none", "port": "4444"}}},
-  "chrome": {"default": "156.0", "versions": {"156.0": {"image": %q, "port": "4444", "path": "/", "shmSize": 268435456,
-    "caps": {"goog:chromeOptions": {"args": ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-      "--disable-background-networking", "--disable-component-update", "--disable-sync", "--remote-debugging-port=9222"],
-      "prefs": {"download.default_directory": "/home/selenium/Downloads", "download.prompt_for_download": false}}}}}}
-}`, stubTag, stubTag, chromeTag)
+  "chrome": {"default": "156.0", "versions": {
+    "156.0": {"image": %q, "port": "4444", "path": "/", "shmSize": 268435456,
+      "caps": {"goog:chromeOptions": {"args": ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync", "--remote-debugging-port=9222"],
+        "prefs": {"download.default_directory": "/home/selenium/Downloads", "download.prompt_for_download": false}}}},
+    "headless": {"image": %q, "port": "4444", "path": "/", "shmSize": 268435456,
+      "caps": {"goog:chromeOptions": {"args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]}}}}}
+}`, stubTag, stubTag, chromeTag, chromeTag)
 	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,14 @@ import (
 // JSON object's members) and returns its id.
 func chromeSession(t *testing.T, hubURL, options string) string {
 	t.Helper()
-	r := call(t, "POST", hubURL+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{`+options+`}}}}`)
+	return chromeVersionSession(t, hubURL, "", options)
+}
+
+// chromeVersionSession is chromeSession for a browsers.json version ("" = the
+// default).
+func chromeVersionSession(t *testing.T, hubURL, version, options string) string {
+	t.Helper()
+	r := call(t, "POST", hubURL+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","browserVersion":"`+version+`","selenoid:options":{`+options+`}}}}`)
 	if r.status != 200 || r.Value.SessionID == "" {
 		t.Fatalf("new session with %s: %d %s %s", options, r.status, r.Value.Error, r.Value.Message)
 	}

@@ -199,7 +199,7 @@ func (h *Hub) clipboard(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	webdriver.WriteError(w, http.StatusNotImplemented, webdriver.ErrUnsupportedOperation,
-		fmt.Sprintf("session %s has no clipboard: it needs a browser with an X display whose image serves the clipboard on port 9090 (aerokube's images do; the project's headless Chromium image does not yet)", s.ID))
+		fmt.Sprintf("session %s has no clipboard: it needs a browser with an X display whose image serves the clipboard on port 9090 (aerokube's images do; the project's Chromium image does not)", s.ID))
 }
 
 // withDownloadDir points the browser's downloads at dir, over whatever the
