@@ -295,11 +295,24 @@ func recorders(t *testing.T, instance string) []string {
 	return strings.Fields(string(out))
 }
 
-// A browser killed under a recording, and a hub stopped with SIGTERM under
-// another, each still leave a playable video.
+// Every way a recorded session ends leaves a playable video: its idle timeout,
+// -max-session-lifetime, the browser killed under it, and the hub stopped
+// with SIGTERM (DELETE is TestDockerVideo's).
 func TestDockerVideoSurvivesKillAndShutdown(t *testing.T) {
 	requireDocker(t)
-	d := startDockerHub(t, instanceFor(t), "-limit", "2", "-graceful-period", "1s")
+	d := startDockerHub(t, instanceFor(t), "-limit", "2", "-graceful-period", "1s", "-max-session-lifetime", "5s")
+	idle := chromeSession(t, d.url, `"enableVideo":true,"videoName":"idle.mp4","sessionTimeout":"2s"`)
+	paint(t, d.url, idle, [3]int{0, 255, 0})
+	aged := chromeSession(t, d.url, `"enableVideo":true,"videoName":"lifetime.mp4"`)
+	paint(t, d.url, aged, [3]int{0, 255, 0})
+	for range 2 {
+		d.await(t, "[VIDEO_SAVED]")
+	}
+	for _, name := range []string{"idle.mp4", "lifetime.mp4"} {
+		if _, dur := ffprobe(t, filepath.Join(d.videos, name)); dur < 1.5 {
+			t.Errorf("%s lasts %.2fs", name, dur)
+		}
+	}
 	killed := chromeSession(t, d.url, `"enableVideo":true,"videoName":"killed.mp4"`)
 	paint(t, d.url, killed, [3]int{255, 0, 0})
 	time.Sleep(2 * time.Second) // something to record
@@ -341,8 +354,8 @@ func TestDockerVideoSurvivesKillAndShutdown(t *testing.T) {
 		t.Errorf("the drained session's video shows rgb%v, the page was blue", got)
 	}
 	entries, _ := os.ReadDir(d.videos)
-	if len(entries) != 2 {
-		t.Errorf("video directory holds %d entries, want the two videos and no temporary file", len(entries))
+	if len(entries) != 4 {
+		t.Errorf("video directory holds %d entries, want the four videos and no temporary file", len(entries))
 	}
 	d.assertClean(t)
 }
