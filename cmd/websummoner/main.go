@@ -56,6 +56,7 @@ func main() {
 // component that owns it.
 type flagConfig struct {
 	listen, conf, logLevel, logOutputDir string
+	logFormat                            string
 	disableDocker, showVersion, health   bool
 	gracefulPeriod                       time.Duration
 
@@ -101,6 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.StringVar(&c.listen, "listen", ":4444", "Network address to accept connections on (\":4444\" is every interface)")
 	fs.StringVar(&c.conf, "conf", "config/browsers.json", "Browsers configuration file (Selenoid's browsers.json format)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "Log level: debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "Log format: text (Selenoid's \"[id] [EVENT] [details]\" lines) or json (one object per line with stable keys, for log shippers)")
 	fs.StringVar(&c.docker.VideoDir, "video-output-dir", "video", "Where session videos (enableVideo) are written, served at /video/; created if missing")
 	fs.StringVar(&c.docker.VideoImage, "video-recorder-image", "websummoner/recorder:latest", "Image of the video recorder started next to a browser that records (images/recorder/build.sh builds it)")
 	fs.StringVar(&c.logOutputDir, "log-output-dir", "", "Keep the output of sessions that ask (enableLog) in this directory as their logName or <session-id>.log, served at /logs/")
@@ -233,7 +235,16 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
 		return nil, fmt.Errorf("-log-level must be debug, info, warn or error (got %q)", c.logLevel)
 	}
-	p := &program{c: c, log: slog.New(logtag.NewHandler(stderr, level))}
+	var handler slog.Handler
+	switch c.logFormat {
+	case "text", "":
+		handler = logtag.NewHandler(stderr, level)
+	case "json":
+		handler = logtag.NewJSONHandler(stderr, level)
+	default:
+		return nil, fmt.Errorf("-log-format must be text or json (got %q)", c.logFormat)
+	}
+	p := &program{c: c, log: slog.New(handler)}
 	if err := c.launch.Validate(); err != nil {
 		return nil, err
 	}

@@ -42,6 +42,7 @@ func TestInvalidFlagsStopStartUp(t *testing.T) {
 		{[]string{"-retry-count", "-1"}, "-retry-count must be at least 1"},
 		{[]string{"-instance", "a/b"}, "-instance must be a name without"},
 		{[]string{"-log-level", "loud"}, "-log-level must be"},
+		{[]string{"-log-format", "xml"}, "-log-format must be text or json"},
 		{[]string{"-disable-docker", "-conf", "/nonexistent.json"}, "-conf /nonexistent.json"},
 		{[]string{"stray"}, "unexpected argument"},
 		{[]string{"-limit", "4", "-start-gate", "9"}, "-start-gate must be \"adaptive\", \"off\" or a number from 1 to -limit 4"},
@@ -82,14 +83,15 @@ func TestSelenoidCommandLine(t *testing.T) {
 		t.Fatalf("a Selenoid command line was refused: %v", err)
 	}
 	if c.queue.Limit != 2 || !c.queue.Disabled || !c.process.CaptureLogs || !c.disableDocker || c.docker.Mem != "1g" ||
-		!c.process.SaveAllLogs || !c.docker.SaveAllLogs || c.process.LogDir != "logs" || c.docker.LogDir != "logs" || c.hub.LogDir != "logs" {
+		!c.process.SaveAllLogs || !c.docker.SaveAllLogs || c.process.LogDir != "logs" || c.docker.LogDir != "logs" || c.hub.LogDir != "logs" ||
+		c.docker.VideoDir != "video" || c.docker.VideoImage != "selenoid/video-recorder:latest-release" {
 		t.Fatalf("values not bound: %+v", c)
 	}
 	var ignored []string
 	for _, s := range c.ignored {
 		ignored = append(ignored, s.name)
 	}
-	want := "enable-file-upload disable-privileged log-conf video-output-dir video-recorder-image"
+	want := "enable-file-upload disable-privileged log-conf"
 	if strings.Join(ignored, " ") != want {
 		t.Fatalf("ignored %v, want %s", ignored, want)
 	}

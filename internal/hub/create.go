@@ -98,8 +98,8 @@ func (h *Hub) createSession(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	logtag.Event(h.log, slog.LevelInfo, c.id, "SESSION_CREATED", c.driver.ID, c.browser, c.inst.Describe(),
-		fmt.Sprintf("%.3fs", c.took.Seconds()))
+	logtag.Event(h.log, slog.LevelInfo, c.id, "SESSION_CREATED", logtag.SessionID(c.driver.ID), logtag.Browser(c.browser.String()),
+		c.inst.Describe(), logtag.Duration(fmt.Sprintf("%.3fs", c.took.Seconds()), c.took))
 	writeJSON(w, http.StatusOK, webdriver.SessionAnswer(c.ns.W3C, c.driver.ID, h.sideChannelCaps(r, c.session, c.driver.Caps)))
 }
 

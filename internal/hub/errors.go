@@ -153,7 +153,7 @@ func (h *Hub) refusalReply(out queue.Outcome) reply {
 func (h *Hub) writeCreateError(w http.ResponseWriter, id string, err error) {
 	rep := h.replyFor(err)
 	if rep.event != "" {
-		logtag.Event(h.log, rep.level, id, rep.event, rep.msg)
+		logtag.Event(h.log, rep.level, id, rep.event, logtag.Reason(rep.msg, true))
 	}
 	if rep.status == 0 {
 		// The client is gone and reads nothing; should its connection be only

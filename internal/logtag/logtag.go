@@ -14,12 +14,58 @@ import (
 )
 
 // Event logs one line "[id] [EVENT] [detail] [detail] ..." at the given level.
-// An empty id is written as "-", as Selenoid does for lines that belong to no request.
+// An empty id is written as "-", as Selenoid does for lines that belong to no
+// request. The pieces travel with the record too, so JSONHandler can give
+// them stable keys.
 func Event(l *slog.Logger, level slog.Level, id, event string, details ...any) {
 	if l == nil || !l.Enabled(context.Background(), level) {
 		return
 	}
-	l.Log(context.Background(), level, Format(id, event, details...))
+	l.LogAttrs(context.Background(), level, Format(id, event, details...),
+		slog.Any(entryKey, &entry{id: id, event: event, details: details}))
+}
+
+// entryKey is the attribute that carries an event's pieces; the text handler
+// does not print it.
+const entryKey = "logtag"
+
+type entry struct {
+	id, event string
+	details   []any
+}
+
+// Field is a detail with a name. The text form shows Text in brackets, like any
+// detail (nothing when Text is empty); the JSON form also gives Value its own
+// key, the same for every event, so log shippers need no pattern per line.
+type Field struct {
+	Key   string
+	Value any
+	Text  string
+}
+
+// String is the field's text form.
+func (f Field) String() string { return f.Text }
+
+// SessionID names the WebDriver session an event is about.
+func SessionID(id string) Field { return Field{Key: "session_id", Value: id, Text: id} }
+
+// Browser names the browser ("chrome 128.0").
+func Browser(b string) Field { return Field{Key: "browser", Value: b, Text: b} }
+
+// Duration is a time an event took or waited, shown as text (e.g. "after 3s")
+// and given in JSON as duration_ms.
+func Duration(text string, d time.Duration) Field {
+	return Field{Key: "duration_ms", Value: d.Milliseconds(), Text: text}
+}
+
+// Reason says why something ended or was refused. With show false it appears
+// in JSON only: the text line's event name already says it.
+func Reason(why string, show bool) Field {
+	f := Field{Key: "reason", Value: why}
+	if show {
+		f.Text = why
+	}
+	return f
 }
 
 // Format renders the bracketed shape without logging it; tests and error messages share it.
@@ -35,12 +81,18 @@ func Format(id, event string, details ...any) string {
 	b.WriteString(event)
 	b.WriteByte(']')
 	for _, d := range details {
-		b.WriteString(" [")
-		if s, ok := d.(string); ok {
-			writeEscaped(&b, s)
-		} else {
-			writeEscaped(&b, fmt.Sprint(d))
+		text, ok := d.(string)
+		if f, isField := d.(Field); isField {
+			if f.Text == "" {
+				continue
+			}
+			text, ok = f.Text, true
 		}
+		if !ok {
+			text = fmt.Sprint(d)
+		}
+		b.WriteString(" [")
+		writeEscaped(&b, text)
 		b.WriteByte(']')
 	}
 	return b.String()
@@ -101,6 +153,9 @@ func (h *Handler) Handle(_ context.Context, r slog.Record) error {
 	}
 	b.WriteString(r.Message)
 	write := func(a slog.Attr) bool {
+		if a.Key == entryKey {
+			return true
+		}
 		b.WriteByte(' ')
 		b.WriteString(a.Key)
 		b.WriteByte('=')

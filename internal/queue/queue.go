@@ -362,14 +362,16 @@ func (q *Queue) refuseLocked(r Request, out Outcome, reason Reason) Outcome {
 		ReasonClosed:   "QUEUE_CLOSED",
 		ReasonFull:     "QUEUE_FULL",
 	}[reason]
-	logtag.Event(q.log, slog.LevelInfo, r.ID, tag, out.State, "waited "+out.Waited.Round(time.Millisecond).String(),
-		"budget "+budgetString(out.Budget), fmt.Sprintf("retry after %ds", int(out.RetryAfter/time.Second)))
+	waited := out.Waited.Round(time.Millisecond)
+	logtag.Event(q.log, slog.LevelInfo, r.ID, tag, out.State, logtag.Duration("waited "+waited.String(), waited),
+		"budget "+budgetString(out.Budget), fmt.Sprintf("retry after %ds", int(out.RetryAfter/time.Second)), logtag.Reason(string(reason), false))
 	return out
 }
 
 func (q *Queue) cancelled(out Outcome, r Request) Outcome {
 	out.Reason = ReasonCancelled
-	logtag.Event(q.log, slog.LevelInfo, r.ID, "CLIENT_DISCONNECTED", "left the queue after "+out.Waited.Round(time.Millisecond).String())
+	waited := out.Waited.Round(time.Millisecond)
+	logtag.Event(q.log, slog.LevelInfo, r.ID, "CLIENT_DISCONNECTED", logtag.Duration("left the queue after "+waited.String(), waited), logtag.Reason("client gone", false))
 	return out
 }
 

@@ -221,7 +221,8 @@ func (r *Registry) End(id, reason string) bool {
 		if s.life != nil {
 			s.life.Stop()
 		}
-		details := []any{s.Browser + " " + s.Version, s.Instance.Describe(), "after " + time.Since(s.Started).Round(time.Millisecond).String()}
+		age := time.Since(s.Started).Round(time.Millisecond)
+		details := []any{logtag.Browser(s.Browser + " " + s.Version), s.Instance.Describe(), logtag.Duration("after "+age.String(), age), logtag.Reason(reason, false)}
 		if reason == ReasonCrashed {
 			details = append(details, s.Instance.ExitReason())
 		}
