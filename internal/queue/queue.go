@@ -211,6 +211,7 @@ type Queue struct {
 	inUse    int
 	waiters  list.List // of *waiter, oldest first
 	lastFast time.Time // time of the last fast admission; idle = now - lastFast
+	rejected map[Reason]uint64 // refusals so far, by reason (Rejected)
 }
 
 // New returns a queue. Options are resolved here, so raw flag values may be passed.
@@ -352,6 +353,10 @@ func (q *Queue) stateAt(idle time.Duration) State {
 func (q *Queue) refuseLocked(r Request, out Outcome, reason Reason) Outcome {
 	out.Reason = reason
 	out.RetryAfter = q.RetryAfter()
+	if q.rejected == nil {
+		q.rejected = map[Reason]uint64{}
+	}
+	q.rejected[reason]++
 	q.mu.Unlock()
 	q.m.rejected.WithLabelValues(string(reason)).Inc()
 	tag := map[Reason]string{
@@ -472,6 +477,17 @@ type Stats struct {
 	// Congested is true exactly while a request arriving now would queue with the
 	// saturated budget.
 	Congested bool
+}
+
+// Rejected counts the requests refused so far, by reason.
+func (q *Queue) Rejected() map[Reason]uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := make(map[Reason]uint64, len(q.rejected))
+	for r, n := range q.rejected {
+		out[r] = n
+	}
+	return out
 }
 
 // Stats returns the queue's state now.

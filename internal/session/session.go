@@ -71,6 +71,7 @@ type Session struct {
 	slot      Releaser
 	endpoints launcher.Endpoints
 	inflight  int
+	lastDone  time.Time // when the last command finished (zero: none has)
 	idle      *time.Timer
 	life      *time.Timer
 	ended     chan struct{}
@@ -194,6 +195,9 @@ func (r *Registry) Done(s *Session) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s.inflight--
+	if s.inflight == 0 {
+		s.lastDone = time.Now()
+	}
 	if s.inflight == 0 && s.idle != nil && r.sessions[s.ID] == s {
 		s.idle.Reset(s.Idle)
 	}
@@ -252,6 +256,21 @@ func (r *Registry) rememberLocked(id, reason string, s *Session) {
 		delete(r.recent, r.order[0])
 		r.order = r.order[1:]
 	}
+}
+
+// IdleFor says how long a session has had no command running (0 while one
+// runs): what its idle timeout counts.
+func (r *Registry) IdleFor(s *Session) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s.inflight > 0 {
+		return 0
+	}
+	last := s.lastDone
+	if last.IsZero() {
+		last = s.Started
+	}
+	return time.Since(last)
 }
 
 // Ended says why a recently ended session ended.
