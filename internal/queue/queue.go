@@ -209,8 +209,8 @@ type Queue struct {
 	closed   bool
 	drained  chan struct{} // closed once the queue is closed and no slot is held
 	inUse    int
-	waiters  list.List // of *waiter, oldest first
-	lastFast time.Time // time of the last fast admission; idle = now - lastFast
+	waiters  list.List         // of *waiter, oldest first
+	lastFast time.Time         // time of the last fast admission; idle = now - lastFast
 	rejected map[Reason]uint64 // refusals so far, by reason (Rejected)
 }
 
