@@ -131,6 +131,9 @@ func containers(t *testing.T, instance string) []string {
 // instance, and /status shows nothing used, queued or pending.
 func (d *dockerHub) assertClean(t *testing.T) {
 	t.Helper()
+	if !d.exited() {
+		d.settled(t)
+	}
 	if left := containers(t, d.instance); len(left) != 0 {
 		t.Errorf("containers left: %v", left)
 	}

@@ -215,6 +215,21 @@ func (h *hub) stop(t *testing.T) {
 	}
 }
 
+// settled waits until the hub holds no slot, queues and starts nothing, and
+// returns /status then. A DELETE is answered as soon as the driver has quit;
+// the teardown (browser processes, the container) finishes after, holding the
+// slot until it is done — so a slot-free hub is one whose teardowns are over.
+func (h *hub) settled(t *testing.T) map[string]any {
+	t.Helper()
+	var st map[string]any
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if st = h.getJSON(t, "/status"); st["used"] == 0.0 && st["queued"] == 0.0 && st["pending"] == 0.0 {
+			return st
+		}
+	}
+	return st
+}
+
 func (h *hub) getJSON(t *testing.T, path string) map[string]any {
 	t.Helper()
 	resp, err := http.Get(h.url + path)
@@ -404,7 +419,7 @@ func TestRealChromiumThroughHub(t *testing.T) {
 		}
 	})
 
-	st := h.getJSON(t, "/status")
+	st := h.settled(t)
 	if st["used"] != 0.0 || st["queued"] != 0.0 || st["pending"] != 0.0 {
 		t.Fatalf("after the clients: %v", st)
 	}

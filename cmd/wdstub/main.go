@@ -28,6 +28,7 @@ func main() {
 	ignoreInt := flag.Bool("ignore-sigint", false, "ignore SIGINT, so only SIGKILL stops it")
 	spawn := flag.Bool("spawn-orphan", false, "start a helper in its own session (as Chromium's crash handler does)")
 	newDelay := flag.Duration("new-session-delay", 0, "delay of POST /session")
+	deleteDelay := flag.Duration("delete-delay", 0, "delay of DELETE /session/{id} (a real driver quits its browser there)")
 	failNew := flag.Bool("fail-new-session", false, "answer POST /session with 500")
 	capacityURL := flag.String("capacity-url", "", "ask this URL (the load tool's fake host) how long this start takes and whether it fails")
 	page := flag.Bool("serve-page", false, "serve a fixed test page at / instead of WebDriver (the end-to-end tests' page)")
@@ -99,7 +100,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "wdstub: -fault:", err)
 		os.Exit(2)
 	}
-	var h http.Handler = wdstub.New(wdstub.Options{NewSessionDelay: *newDelay, FailNewSession: *failNew})
+	var h http.Handler = wdstub.New(wdstub.Options{NewSessionDelay: *newDelay, FailNewSession: *failNew, DeleteDelay: *deleteDelay})
 	h = hostile.Wrap(h, hostile.Options{At: at, Probability: *faultRate, ExitProcess: true})
 	if *logRequests {
 		next := h

@@ -21,7 +21,7 @@ func main() {
 	only := flag.String("scenario", "all", "proxy, churn, waiters, jam, stampede, soak, or all (comma-separated)")
 	soakFor := flag.Duration("soak", 60*time.Minute, "how long the soak scenario runs (full mode; 2m with -short)")
 	out := flag.String("out", "", "write the JSON results and SVG charts to this directory")
-	churnFor := flag.Duration("churn", 10*time.Minute, "how long the churn scenario runs (full mode)")
+	churnFor := flag.Duration("churn", time.Minute, "how long each churn run lasts (full mode): the floor, the hub, and at 4 clients the hub beside 2,000 sleeping processes")
 	waiters := flag.Int("waiters", 5000, "waiting requests in the waiters scenario (full mode)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -74,8 +74,10 @@ func run(ctx context.Context, short bool, only, out string, churnFor time.Durati
 		if short {
 			d = 3 * time.Second
 		}
-		if err := keep(env.Churn(ctx, 4, 5, d)); err != nil {
-			return err
+		for _, c := range []int{4, 32} {
+			if err := keep(env.Churn(ctx, c, 5, d)); err != nil {
+				return err
+			}
 		}
 	}
 	if want("waiters") {

@@ -63,11 +63,18 @@ type Target struct {
 	Value float64 `json:"value"`
 	Limit float64 `json:"limit"`
 	Unit  string  `json:"unit"`
-	Met   bool    `json:"met"`
+	// Min marks a target met at or above Limit (others: at or below).
+	Min bool `json:"min,omitempty"`
+	Met bool `json:"met"`
 }
 
 func (r *Result) target(name string, value, limit float64, unit string) {
 	r.Targets = append(r.Targets, Target{Name: name, Value: value, Limit: limit, Unit: unit, Met: value <= limit})
+}
+
+// targetMin is a target that is met at or above min.
+func (r *Result) targetMin(name string, value, min float64, unit string) {
+	r.Targets = append(r.Targets, Target{Name: name, Value: value, Limit: min, Unit: unit, Min: true, Met: value >= min})
 }
 
 // Print writes the table, the targets and one JSON line.
@@ -97,7 +104,11 @@ func (r *Result) Print(w io.Writer) {
 		if !t.Met {
 			verdict = "MISSED"
 		}
-		fmt.Fprintf(w, "target %-55s %10.3f %s (limit %.3f): %s\n", t.Name, t.Value, t.Unit, t.Limit, verdict)
+		bound := "≤"
+		if t.Min {
+			bound = "≥"
+		}
+		fmt.Fprintf(w, "target %-55s %10.3f %s (%s %.3f): %s\n", t.Name, t.Value, t.Unit, bound, t.Limit, verdict)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintln(w, "note:", n)

@@ -133,9 +133,13 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 	return r, nil
 }
 
-// Churn runs C clients doing create → K commands → delete for a while.
+// Churn runs C clients doing create → K commands → delete for a while, through
+// the hub and, as the floor, with the load tool doing the hub's job itself
+// (floorChurn), in the same run. At 4 clients it runs once more beside 2,000
+// sleeping processes: a DELETE must not notice them.
 func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, error) {
-	hub, err := e.startHub(ctx, e.stubBrowsers(), "-limit", strconv.Itoa(c))
+	browsers := fmt.Sprintf(`{"stub": {"default": "1", "versions": {"1": {"image": [%q, "-delete-delay", %q], "path": "/"}}}}`, e.Stub, stubDeleteDelay.String())
+	hub, err := e.startHub(ctx, browsers, "-limit", strconv.Itoa(c))
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +147,7 @@ func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, er
 	w := wd{c: pooled(c)}
 	// One client alone first: what a session creation costs without contention.
 	var alone []time.Duration
-	for i := 0; i < 200 && ctx.Err() == nil; i++ {
+	for i := 0; i < 100 && ctx.Err() == nil; i++ {
 		s := time.Now()
 		id, code, err := w.create(ctx, hub.url+"/wd/hub", stubCaps)
 		if err != nil || code != 200 {
@@ -153,71 +157,55 @@ func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, er
 		w.remove(hub.url+"/wd/hub", id)
 	}
 	sortDurations(alone)
-	var mu sync.Mutex
-	var creates []time.Duration
-	errs := map[string]int{}
-	var sessions atomic.Int64
-	cpu0 := cpuSeconds(hub.pid())
-	t0 := time.Now()
-	deadline := t0.Add(d)
-	var rssEarly float64
-	early := time.AfterFunc(d/10, func() { rssEarly = rss(hub.pid()) })
-	defer early.Stop()
-	var wg sync.WaitGroup
-	for range c {
-		wg.Go(func() {
-			for time.Now().Before(deadline) && ctx.Err() == nil {
-				s := time.Now()
-				id, code, err := w.create(ctx, hub.url+"/wd/hub", stubCaps)
-				took := time.Since(s)
-				if err != nil || code != 200 {
-					mu.Lock()
-					errs[fmt.Sprintf("create %d %v", code, err)]++
-					mu.Unlock()
-					continue
-				}
-				for range k {
-					if code, err := w.command(hub.url+"/wd/hub", id); err != nil || code != 200 {
-						mu.Lock()
-						errs[fmt.Sprintf("command %d", code)]++
-						mu.Unlock()
-					}
-				}
-				w.remove(hub.url+"/wd/hub", id)
-				sessions.Add(1)
-				mu.Lock()
-				creates = append(creates, took)
-				mu.Unlock()
-			}
-		})
+	rssEarly := rss(hub.pid())
+	floor := e.floorChurn(ctx, c, k, d)
+	run := hubChurn(ctx, hub, c, k, d)
+	n := float64(run.sessions)
+	r := &Result{Scenario: fmt.Sprintf("churn-%d", c), Figures: map[string]float64{
+		"sessions":              n,
+		"sessions_per_s":        run.perSecond(),
+		"floor_sessions_per_s":  floor.perSecond(),
+		"create_p50_ms":         float64(percentile(run.creates, 50)) / 1e6,
+		"create_p99_ms":         float64(percentile(run.creates, 99)) / 1e6,
+		"floor_create_p50_ms":   float64(percentile(floor.creates, 50)) / 1e6,
+		"delete_p50_ms":         float64(percentile(run.deletes, 50)) / 1e6,
+		"delete_p99_ms":         float64(percentile(run.deletes, 99)) / 1e6,
+		"driver_delete_p50_ms":  float64(percentile(floor.deletes, 50)) / 1e6,
+		"cpu_s_per_1000":        run.cpuSeconds / n * 1000,
+		"rss_early_mb":          rssEarly / (1 << 20),
+		"rss_end_mb":            run.rssEnd / (1 << 20),
+		"concurrency":           float64(c),
+		"commands_per_session":  float64(k),
+		"stub_delete_delay_ms":  float64(stubDeleteDelay) / 1e6,
+		"duration_s_per_run":    d.Seconds(),
+		"one_client_create_p50": float64(percentile(alone, 50)) / 1e6,
+	}, Header: []string{"path", "clients", "sessions", "sessions/s", "create p50 ms", "create p99 ms", "DELETE p50 ms", "DELETE p99 ms", "hub CPU s/1000", "errors"}}
+	row := func(name string, x churnRun, cpu string) {
+		r.Rows = append(r.Rows, []string{name, strconv.Itoa(c), strconv.Itoa(x.sessions), fmt.Sprintf("%.1f", x.perSecond()),
+			ms(percentile(x.creates, 50)), ms(percentile(x.creates, 99)), ms(percentile(x.deletes, 50)), ms(percentile(x.deletes, 99)), cpu, fmt.Sprint(x.errs)})
 	}
-	wg.Wait()
-	elapsed := time.Since(t0)
-	rssEnd := rss(hub.pid())
-	cpu := cpuSeconds(hub.pid()) - cpu0
-	sortDurations(creates)
-	n := float64(sessions.Load())
-	r := &Result{Scenario: "churn", Figures: map[string]float64{
-		"sessions":             n,
-		"sessions_per_s":       n / elapsed.Seconds(),
-		"create_p50_ms":        float64(percentile(creates, 50)) / 1e6,
-		"create_p95_ms":        float64(percentile(creates, 95)) / 1e6,
-		"create_p99_ms":        float64(percentile(creates, 99)) / 1e6,
-		"cpu_s_per_1000":       cpu / n * 1000,
-		"rss_early_mb":         rssEarly / (1 << 20),
-		"rss_end_mb":           rssEnd / (1 << 20),
-		"rss_end_over_early":   rssEnd / rssEarly,
-		"duration_s":           elapsed.Seconds(),
-		"concurrency":          float64(c),
-		"commands_per_session": float64(k),
-	}, Header: []string{"clients", "sessions", "sessions/s", "create p50 ms", "p95 ms", "p99 ms", "hub CPU s/1000", "RSS at d/10 MB", "RSS end MB", "errors"}}
-	r.Rows = append(r.Rows, []string{strconv.Itoa(c), fmt.Sprint(n), fmt.Sprintf("%.1f", n/elapsed.Seconds()), ms(percentile(creates, 50)), ms(percentile(creates, 95)), ms(percentile(creates, 99)),
-		fmt.Sprintf("%.2f", cpu/n*1000), fmt.Sprintf("%.1f", rssEarly/(1<<20)), fmt.Sprintf("%.1f", rssEnd/(1<<20)), fmt.Sprint(errs)})
-	r.target("session creation p50 with the stub as a local process (one client)", float64(percentile(alone, 50))/1e6, 10, "ms")
-	r.Notes = append(r.Notes, fmt.Sprintf("one client alone: create p50 %s ms, p99 %s ms", ms(percentile(alone, 50)), ms(percentile(alone, 99))))
-	r.target("RSS at the end over RSS at a tenth of the run", rssEnd/rssEarly, 1.2, "×")
-	if len(errs) > 0 {
-		return r, fmt.Errorf("churn errors: %v", errs)
+	row("floor (load tool spawns the stub)", floor, "")
+	row("hub", run, fmt.Sprintf("%.2f", run.cpuSeconds/n*1000))
+	r.targetMin(fmt.Sprintf("hub sessions/s over the floor's at %d clients", c), run.perSecond()/floor.perSecond(), 0.85, "×")
+	r.target(fmt.Sprintf("hub create p50 over the floor's at %d clients", c), float64(percentile(run.creates, 50))/float64(percentile(floor.creates, 50)), 1.15, "×")
+	if c == 4 {
+		r.target("hub DELETE p50 over the driver's own DELETE p50 (4 clients)", float64(percentile(run.deletes, 50))/float64(percentile(floor.deletes, 50)), 1.2, "×")
+		stop, err := sleepers(2000, d)
+		if err != nil {
+			return r, err
+		}
+		busy := hubChurn(ctx, hub, c, k, d)
+		stop()
+		row("hub, 2,000 sleeping processes", busy, fmt.Sprintf("%.2f", busy.cpuSeconds/float64(busy.sessions)*1000))
+		r.Figures["busy_delete_p50_ms"] = float64(percentile(busy.deletes, 50)) / 1e6
+		r.target("DELETE p50 beside 2,000 sleeping processes over without", float64(percentile(busy.deletes, 50))/float64(percentile(run.deletes, 50)), 1.1, "×")
+		r.target("session creation p50 with the stub as a local process (one client)", float64(percentile(alone, 50))/1e6, 10, "ms")
+		r.target("RSS at the end over RSS after the first 100 sessions", run.rssEnd/rssEarly, 1.2, "×")
+		r.Notes = append(r.Notes, fmt.Sprintf("one client alone: create p50 %s ms, p99 %s ms", ms(percentile(alone, 50)), ms(percentile(alone, 99))))
+	}
+	r.Notes = append(r.Notes, fmt.Sprintf("the stub takes %v to answer DELETE (a real driver quits its browser there)", stubDeleteDelay))
+	if len(run.errs) > 0 {
+		return r, fmt.Errorf("churn errors: %v", run.errs)
 	}
 	return r, nil
 }

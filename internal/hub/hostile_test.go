@@ -28,6 +28,7 @@ func TestDeleteAgainstHostileDriver(t *testing.T) {
 			if resp.StatusCode != 200 {
 				t.Fatalf("DELETE answered %d", resp.StatusCode)
 			}
+			fx.ev.Wait(t, "[SESSION_DELETED]", 10*time.Second) // the teardown runs after the answer
 			if fx.sess.Len() != 0 || fx.q.Stats().InUse != 0 || l.liveCount() != 0 {
 				t.Fatalf("leak: sessions %d, slots %d, drivers %d", fx.sess.Len(), fx.q.Stats().InUse, l.liveCount())
 			}

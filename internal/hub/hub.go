@@ -224,6 +224,10 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r = r.WithContext(context.WithValue(r.Context(), userKey{}, user))
 	}
+	if id, rest, ok := commandPath(r.URL.EscapedPath()); ok && fastCommand(r, rest) {
+		h.serveCommand(w, r, id)
+		return
+	}
 	h.router.ServeHTTP(w, r)
 }
 

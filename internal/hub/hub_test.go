@@ -51,6 +51,8 @@ type stubLauncher struct {
 	panics bool
 	// sides, if set, adds side services to each instance's endpoints.
 	sides func(*launcher.Endpoints)
+	// stopping, if set, is where Stop waits: a teardown that takes its time.
+	stopping chan struct{}
 }
 
 type stubInstance struct {
@@ -143,6 +145,9 @@ func (i *stubInstance) crash() {
 	i.once.Do(func() { i.close(); close(i.exited) })
 }
 func (i *stubInstance) Stop(context.Context) error {
+	if i.l.stopping != nil {
+		<-i.l.stopping
+	}
 	i.once.Do(i.close)
 	i.l.mu.Lock()
 	delete(i.l.live, i)
@@ -272,6 +277,7 @@ func TestCreateW3CAndJSONWireShapes(t *testing.T) {
 		t.Fatalf("JSONWire create: %d %v", resp.StatusCode, body)
 	}
 	f.do("DELETE", "/wd/hub/session/"+body["sessionId"].(string), "")
+	f.sess.Settled() // the teardown runs after the answer
 	if st := f.q.Stats(); st.InUse != 0 {
 		t.Fatalf("slots held after delete: %+v", st)
 	}
@@ -695,5 +701,29 @@ func TestZeroOptions(t *testing.T) {
 	}
 	if _, err := New(Options{RetryCount: -1}, nil, nil, Launchers{}, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "-retry-count") {
 		t.Fatalf("negative -retry-count: %v", err)
+	}
+}
+
+// DELETE is answered as soon as the driver has answered its own DELETE; the
+// teardown goes on after, holding the slot until it is done, and the session
+// is gone for commands from the answer on.
+func TestDeleteAnsweredBeforeTeardown(t *testing.T) {
+	l := &stubLauncher{stopping: make(chan struct{})}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	if r, body := f.do("DELETE", "/session/"+id, ""); r.StatusCode != 200 || body["value"] != nil {
+		t.Fatalf("DELETE while the teardown runs: %d %v", r.StatusCode, body)
+	}
+	if st := f.q.Stats(); st.InUse != 1 {
+		t.Fatalf("slots in use %d during the teardown, want 1: the next browser must not compete with a dying one", st.InUse)
+	}
+	if r, _ := f.do("GET", "/session/"+id+"/url", ""); r.StatusCode != 404 {
+		t.Fatalf("a command after DELETE: %d", r.StatusCode)
+	}
+	close(l.stopping)
+	f.ev.Wait(t, "[SESSION_DELETED]", 5*time.Second)
+	if st := f.q.Stats(); st.InUse != 0 {
+		t.Fatalf("slots in use %d after the teardown", st.InUse)
 	}
 }

@@ -67,14 +67,22 @@ func (h *Hub) deleteSession(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	status, ctype, body := h.forwardDelete(r, s)
-	h.sessions.Done(s)
-	h.sessions.End(s.ID, session.ReasonDeleted)
-	ended = true
 	if status != http.StatusOK || !json.Valid(body) {
 		// The driver failed to quit cleanly; the browser is stopped anyway.
-		writeJSON(w, http.StatusOK, map[string]any{"value": nil})
-		return
+		status, ctype, body = http.StatusOK, "application/json; charset=utf-8", []byte(`{"value":null}`)
 	}
+	h.sessions.Done(s)
+	ended = true
+	// The teardown (browser processes, the container) runs on after the
+	// answer, holding the slot until it is done; the answer waits only until
+	// the session is no longer found, so no command reaches a dying browser.
+	removed := make(chan struct{})
+	go func() {
+		if !h.sessions.EndThen(s.ID, session.ReasonDeleted, func() { close(removed) }) {
+			close(removed) // another end path (idle timeout, crash) took it meanwhile
+		}
+	}()
+	<-removed
 	w.Header().Set("Content-Type", ctype)
 	w.WriteHeader(status)
 	_, _ = w.Write(body)

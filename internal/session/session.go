@@ -205,7 +205,13 @@ func (r *Registry) Done(s *Session) {
 
 // End ends a live session for reason: it stops the browser, releases the slot,
 // counts and logs, once. It returns false if the session was not live.
-func (r *Registry) End(id, reason string) bool {
+func (r *Registry) End(id, reason string) bool { return r.EndThen(id, reason, nil) }
+
+// EndThen is End, calling removed (if not nil) once the session is no longer
+// found — a command for it is refused from then on — and before its browser is
+// stopped: DELETE answers its client there, so the teardown that follows costs
+// the client nothing, while the slot stays held until the teardown is done.
+func (r *Registry) EndThen(id, reason string, removed func()) bool {
 	r.mu.Lock()
 	s, ok := r.sessions[id]
 	if !ok {
@@ -217,6 +223,9 @@ func (r *Registry) End(id, reason string) bool {
 	r.wg.Add(1)
 	r.mu.Unlock()
 	defer r.wg.Done()
+	if removed != nil {
+		removed()
+	}
 	s.once.Do(func() {
 		close(s.ended)
 		if s.idle != nil {
@@ -257,6 +266,11 @@ func (r *Registry) rememberLocked(id, reason string, s *Session) {
 		r.order = r.order[1:]
 	}
 }
+
+// Settled waits until no session end is under way: every browser that was
+// being stopped is stopped and its slot released. (DELETE answers before its
+// teardown finishes.)
+func (r *Registry) Settled() { r.wg.Wait() }
 
 // IdleFor says how long a session has had no command running (0 while one
 // runs): what its idle timeout counts.

@@ -36,6 +36,9 @@ type Options struct {
 	NewSessionDelay time.Duration
 	// FailNewSession makes POST /session answer 500 "session not created".
 	FailNewSession bool
+	// DeleteDelay is how long DELETE /session/{id} takes: a real driver quits
+	// its browser there.
+	DeleteDelay time.Duration
 }
 
 // Server is the stub's HTTP handler.
@@ -111,6 +114,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	switch {
 	case cmd == "":
+		if s.opts.DeleteDelay > 0 && r.Method == http.MethodDelete {
+			time.Sleep(s.opts.DeleteDelay) // the stub's stand-in for quitting a browser
+		}
 		write(w, 200, map[string]any{"value": nil})
 	case cmd == "url" && r.Method == http.MethodPost:
 		var in struct {

@@ -72,6 +72,9 @@ func New(opts Options, logger *slog.Logger) *Launcher {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	if err := becomeSubreaper(); err != nil {
+		logtag.Event(logger, slog.LevelWarn, "", "INIT", "cannot become the subreaper of browser helpers: "+err.Error(), "a helper whose parent exits escapes its session's teardown")
+	}
 	return &Launcher{
 		opts:   opts,
 		log:    logger,
@@ -344,10 +347,15 @@ func (i *instance) Stop(ctx context.Context) error {
 		case <-grace.C:
 		}
 		grace.Stop()
+		// The session's processes, found from the driver's tree and this
+		// process's children only (it is their subreaper): what else runs on
+		// the machine costs nothing here.
+		procs := sessionProcs(pgid, i.marker)
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		left := killAll(procs, pgid)
 		<-i.done
 		var errs []error
-		if _, left := killMarked(func(v string) bool { return v == i.marker }); left > 0 {
+		if left > 0 {
 			errs = append(errs, fmt.Errorf("%d processes of the session survived SIGKILL for 5s", left))
 		}
 		pipe := time.NewTimer(5 * time.Second)

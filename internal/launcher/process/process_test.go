@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -411,5 +412,43 @@ func TestCaptureDriverLogs(t *testing.T) {
 	got.Wait(t, "[t] [DRIVER_LOG] [wdstub: listening on 127.0.0.1:", 10*time.Second)
 	if err := inst.Stop(context.Background()); err != nil {
 		t.Fatalf("stop: %v", err)
+	}
+}
+
+// A helper that outlived its driver (the driver crashed; the helper had left
+// the process group with setsid) was reparented to this process, the
+// subreaper: Stop finds it among this process's children, kills it and reaps
+// it — no orphan and no zombie is left, and no other process was looked at.
+func TestStopFindsOrphansOfACrashedDriver(t *testing.T) {
+	l := newLauncher(t, Options{})
+	inst, err := l.Start(context.Background(), req("-spawn-orphan"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := func(v string) bool { return strings.HasPrefix(v, l.markerPrefix()) }
+	pids := MarkedPIDs(mine)
+	if len(pids) != 2 {
+		t.Fatalf("want the driver and its helper, got %v", pids)
+	}
+	driver := pidOf(t, inst)
+	syscall.Kill(driver, syscall.SIGKILL)
+	<-inst.Exited()
+	var helper int
+	for _, p := range pids {
+		if p != driver {
+			helper = p
+		}
+	}
+	if !slices.Contains(childrenOf(os.Getpid()), helper) {
+		t.Fatalf("the helper %d was not reparented to this process (children %v): no subreaper?", helper, childrenOf(os.Getpid()))
+	}
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if left := MarkedPIDs(mine); len(left) != 0 {
+		t.Fatalf("left behind: %v", left)
+	}
+	if slices.Contains(childrenOf(os.Getpid()), helper) {
+		t.Fatalf("helper %d is still this process's child (a zombie not reaped)", helper)
 	}
 }
