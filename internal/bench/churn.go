@@ -58,13 +58,28 @@ func (e *Env) floorChurn(ctx context.Context, c, k int, d time.Duration) churnRu
 					mu.Unlock()
 					continue
 				}
+				exited := make(chan struct{})
+				go func() { cmd.Wait(); close(exited) }()
 				base := "http://127.0.0.1:" + strconv.Itoa(port)
-				for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+				up := false
+				// As the hub does: poll from 1 ms with backoff; a stub that exits
+				// (it lost its port) is started again on another.
+				for wait, give := time.Millisecond, time.Now().Add(10*time.Second); !up && time.Now().Before(give); wait = min(2*wait, 50*time.Millisecond) {
 					if resp, err := ready.Get(base + "/status"); err == nil {
 						resp.Body.Close()
+						up = true
 						break
 					}
-					time.Sleep(wait)
+					select {
+					case <-exited:
+						give = time.Time{}
+					case <-time.After(wait):
+					}
+				}
+				if !up {
+					_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+					<-exited
+					continue
 				}
 				id, code, err := w.create(ctx, base, stubCaps)
 				took := time.Since(s)
@@ -82,7 +97,7 @@ func (e *Env) floorChurn(ctx context.Context, c, k int, d time.Duration) churnRu
 					n.Add(1)
 				}
 				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
-				cmd.Wait()
+				<-exited
 			}
 		})
 	}

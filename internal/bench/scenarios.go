@@ -122,9 +122,14 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 			r.Figures[fmt.Sprintf("c%d_%s_ms", c, k)] = float64(v) / 1e6
 		}
 		r.Figures[fmt.Sprintf("c%d_ratio_p50", c)] = float64(percentile(hl, 50)) / float64(percentile(dl, 50))
-		if c == 4 {
-			r.target("proxy overhead p50 at 4 sessions (µs over direct)", float64(o50)/1e3, 150, "µs")
-			r.target("proxy overhead p99 at 4 sessions (µs over direct)", float64(o99)/1e3, 800, "µs")
+		r50, r99 := float64(percentile(hl, 50))/float64(percentile(dl, 50)), float64(percentile(hl, 99))/float64(percentile(dl, 99))
+		r.Figures[fmt.Sprintf("c%d_ratio_p99", c)] = r99
+		switch c {
+		case 1, 4:
+			r.target(fmt.Sprintf("hub p50 over direct p50 at %d sessions", c), r50, 2.0, "×")
+			r.target(fmt.Sprintf("hub p99 over direct p99 at %d sessions", c), r99, 2.5, "×")
+		case 32:
+			r.target("hub p50 over direct p50 at 32 sessions", r50, 1.5, "×")
 		}
 		for _, id := range viaHub {
 			client.remove(hub.url+"/wd/hub", id)

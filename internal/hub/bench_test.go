@@ -1,9 +1,11 @@
 package hub
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"testing"
 
 	"github.com/websummoner/websummoner/internal/queue"
@@ -93,4 +95,51 @@ func BenchmarkSessionLookup(b *testing.B) {
 		i++
 	}
 	f.sess.EndAll("shutdown")
+}
+
+// TestProxyOverheadTargets measures what the hub adds per command in process
+// (BenchmarkProxyCommand's two loops, one run each) and prints the targets
+// met or missed: hub − direct ≤ 40 µs and ≤ 40 allocations. It runs from
+// make bench (WEBSUMMONER_BENCH=1); timing is never asserted in make test.
+func TestProxyOverheadTargets(t *testing.T) {
+	if os.Getenv("WEBSUMMONER_BENCH") == "" {
+		t.Skip("make bench runs it (WEBSUMMONER_BENCH=1)")
+	}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	var driver string
+	f.l.mu.Lock()
+	for i := range f.l.live {
+		driver = i.srv.URL
+	}
+	f.l.mu.Unlock()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	loop := func(url string) testing.BenchmarkResult {
+		return testing.Benchmark(func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := client.Get(url)
+				if err != nil || resp.StatusCode != 200 {
+					b.Fatal(err, resp)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	direct := loop(driver + "/session/" + id + "/title")
+	hub := loop(f.srv.URL + "/wd/hub/session/" + id + "/title")
+	f.sess.EndAll("shutdown")
+	us := float64(hub.NsPerOp()-direct.NsPerOp()) / 1e3
+	allocs := hub.AllocsPerOp() - direct.AllocsPerOp()
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "MISSED"
+	}
+	fmt.Printf("direct %d ns/op %d allocs/op; hub %d ns/op %d allocs/op\n", direct.NsPerOp(), direct.AllocsPerOp(), hub.NsPerOp(), hub.AllocsPerOp())
+	fmt.Printf("target %-55s %10.3f µs (≤ 40.000): %s\n", "hub's own work per command (hub − direct)", us, verdict(us <= 40))
+	fmt.Printf("target %-55s %10d allocs (≤ 40): %s\n", "hub's own allocations per command (hub − direct)", allocs, verdict(allocs <= 40))
 }

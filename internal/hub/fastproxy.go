@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/websummoner/websummoner/internal/session"
+	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
 // The per-command path. Every WebDriver command of every test goes through
@@ -78,15 +79,32 @@ func (h *Hub) serveCommand(w http.ResponseWriter, r *http.Request, escID string)
 	if i := strings.Index(path, "/session/"); i >= 0 {
 		path = path[i:]
 	}
-	target := &url.URL{Scheme: base.Scheme, Host: base.Host, RawQuery: r.URL.RawQuery}
-	if base.Path == "" || base.Path == "/" {
-		target.RawPath = path
-	} else {
-		target.RawPath = strings.TrimSuffix(base.EscapedPath(), "/") + path
+	escPath := path
+	if base.Path != "" && base.Path != "/" {
+		escPath = strings.TrimSuffix(base.EscapedPath(), "/") + path
 	}
-	target.Path = target.RawPath
-	if strings.IndexByte(target.RawPath, '%') >= 0 {
-		if p, err := url.PathUnescape(target.RawPath); err == nil {
+	ctx := r.Context()
+	if h.wire != nil && r.ContentLength >= 0 && r.ContentLength <= wireMaxBody {
+		var body []byte
+		if r.ContentLength > 0 {
+			body = make([]byte, r.ContentLength)
+			if _, err := io.ReadFull(r.Body, body); err != nil {
+				webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument, "reading the command's body: "+err.Error())
+				return
+			}
+		}
+		uri := escPath
+		if r.URL.RawQuery != "" {
+			uri += "?" + r.URL.RawQuery
+		}
+		if err := h.wire.do(ctx, w, r.Method, base.Host, uri, r.Header, body); err != nil {
+			h.commandError(w, r, s, err)
+		}
+		return
+	}
+	target := &url.URL{Scheme: base.Scheme, Host: base.Host, RawQuery: r.URL.RawQuery, RawPath: escPath, Path: escPath}
+	if strings.IndexByte(escPath, '%') >= 0 {
+		if p, err := url.PathUnescape(escPath); err == nil {
 			target.Path = p
 		}
 	} else {
@@ -108,7 +126,6 @@ func (h *Hub) serveCommand(w http.ResponseWriter, r *http.Request, escID string)
 	if _, set := out.Header["User-Agent"]; !set {
 		out.Header["User-Agent"] = nil // as ReverseProxy: no Go default
 	}
-	ctx := r.Context()
 	resp, err := h.opts.Transport.RoundTrip(out.WithContext(ctx))
 	if err != nil {
 		h.commandError(w, r, s, err)

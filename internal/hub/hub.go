@@ -157,6 +157,7 @@ type Launchers struct {
 
 // Hub is the HTTP side of WebSummoner.
 type Hub struct {
+	wire      *wire // the per-command client to drivers; nil: opts.Transport
 	opts      Options
 	log       *slog.Logger
 	queue     *queue.Queue
@@ -181,6 +182,9 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	// Commands go over the hub's own wire to drivers unless the caller brought
+	// a Transport (tests carry drivers in memory).
+	ownWire := opts.Transport == nil
 	opts = opts.withDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -188,6 +192,9 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 	h := &Hub{opts: opts, log: logger, queue: q, conf: conf, launchers: ls, sessions: sessions, started: time.Now()}
 	// The new-session call must not follow a driver's redirects and re-post the
 	// capabilities somewhere else.
+	if ownWire {
+		h.wire = newWire()
+	}
 	h.client = &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	h.proxy = &httputil.ReverseProxy{
 		Rewrite:       h.rewrite,

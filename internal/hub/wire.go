@@ -1,0 +1,258 @@
+package hub
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/textproto"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// wire is the hub's HTTP/1.1 client for commands to drivers, used instead of
+// http.Transport on the per-command path. It does one request on the calling
+// goroutine — write, then read the answer straight into the client's
+// ResponseWriter — where http.Transport hands each request to two goroutines
+// of its own and builds a Response: on this 2-core machine those hand-offs
+// and allocations were most of what the hub added to a command. Requests with
+// bodies over wireMaxBody, or of unknown length, take the Transport.
+type wire struct {
+	dialer net.Dialer
+	mu     sync.Mutex
+	idle   map[string][]*wireConn // by host:port, most recent last
+	total  int                    // idle connections in all
+}
+
+// wireMaxBody bounds the request bodies the wire buffers (so that a request
+// can be sent again on a fresh connection when an idle one turns out closed).
+const (
+	wireMaxBody     = 64 << 10
+	wireIdlePerHost = 8
+	// wireIdleTotal bounds the idle connections kept: sessions end by paths
+	// that do not tell the wire (idle timeout, crash), so connections to
+	// drivers that are gone are dropped by age once the pool is full.
+	wireIdleTotal = 256
+	wireIdleAge   = 30 * time.Second
+)
+
+type wireConn struct {
+	c     net.Conn
+	br    *bufio.Reader
+	bw    *bufio.Writer
+	since time.Time // idle since
+}
+
+func newWire() *wire {
+	return &wire{dialer: net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}, idle: map[string][]*wireConn{}}
+}
+
+func (wr *wire) get(ctx context.Context, host string) (*wireConn, bool, error) {
+	wr.mu.Lock()
+	if list := wr.idle[host]; len(list) > 0 {
+		c := list[len(list)-1]
+		list[len(list)-1] = nil
+		if len(list) == 1 {
+			delete(wr.idle, host)
+		} else {
+			wr.idle[host] = list[:len(list)-1]
+		}
+		wr.total--
+		wr.mu.Unlock()
+		return c, true, nil
+	}
+	wr.mu.Unlock()
+	c, err := wr.dialer.DialContext(ctx, "tcp", host)
+	if err != nil {
+		return nil, false, err
+	}
+	return &wireConn{c: c, br: bufio.NewReaderSize(c, 4096), bw: bufio.NewWriterSize(c, 4096)}, false, nil
+}
+
+func (wr *wire) put(host string, c *wireConn) {
+	now := time.Now()
+	c.since = now
+	var drop []*wireConn
+	wr.mu.Lock()
+	if wr.total >= wireIdleTotal {
+		for h, list := range wr.idle {
+			kept := list[:0]
+			for _, ic := range list {
+				if now.Sub(ic.since) > wireIdleAge {
+					drop = append(drop, ic)
+					wr.total--
+				} else {
+					kept = append(kept, ic)
+				}
+			}
+			if len(kept) == 0 {
+				delete(wr.idle, h)
+			} else {
+				wr.idle[h] = kept
+			}
+		}
+	}
+	if len(wr.idle[host]) < wireIdlePerHost && wr.total < wireIdleTotal {
+		wr.idle[host] = append(wr.idle[host], c)
+		wr.total++
+		c = nil
+	}
+	wr.mu.Unlock()
+	if c != nil {
+		drop = append(drop, c)
+	}
+	for _, d := range drop {
+		d.c.Close()
+	}
+}
+
+// closeIdle drops the idle connections to host (its driver is gone).
+func (wr *wire) closeIdle(host string) {
+	wr.mu.Lock()
+	list := wr.idle[host]
+	delete(wr.idle, host)
+	wr.total -= len(list)
+	wr.mu.Unlock()
+	for _, c := range list {
+		c.c.Close()
+	}
+}
+
+// errNothingRead is a request whose connection broke before a byte of the answer
+// arrived: on a reused connection, it is sent again on a new one.
+var errNothingRead = errors.New("the driver closed the connection before answering")
+
+// do sends one request and copies the answer into w. It returns an error only
+// while nothing has been written to w; after that, a broken answer panics
+// with http.ErrAbortHandler, so the client never takes it as whole.
+func (wr *wire) do(ctx context.Context, w http.ResponseWriter, method, host, uri string, hdr http.Header, body []byte) error {
+	for attempt := 0; ; attempt++ {
+		c, reused, err := wr.get(ctx, host)
+		if err != nil {
+			return err
+		}
+		err = wr.roundTrip(ctx, c, w, method, host, uri, hdr, body)
+		if err != nil && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err == nil || !reused || !errors.Is(err, errNothingRead) || attempt > 0 {
+			return err
+		}
+	}
+}
+
+func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWriter, method, host, uri string, hdr http.Header, body []byte) (err error) {
+	stop := context.AfterFunc(ctx, func() { _ = c.c.SetDeadline(time.Unix(1, 0)) })
+	keep := false
+	defer func() {
+		if !stop() || !keep {
+			c.c.Close()
+			return
+		}
+		wr.put(host, c)
+	}()
+	bw := c.bw
+	bw.WriteString(method)
+	bw.WriteByte(' ')
+	bw.WriteString(uri)
+	bw.WriteString(" HTTP/1.1\r\nHost: ")
+	bw.WriteString(host)
+	bw.WriteString("\r\n")
+	for k, vs := range hdr {
+		if hopHeaders[k] || k == "Authorization" || k == "Content-Length" || k == "Host" {
+			continue
+		}
+		for _, v := range vs {
+			bw.WriteString(k)
+			bw.WriteString(": ")
+			bw.WriteString(v)
+			bw.WriteString("\r\n")
+		}
+	}
+	if body != nil || method == http.MethodPost || method == http.MethodPut {
+		bw.WriteString("Content-Length: ")
+		bw.WriteString(strconv.Itoa(len(body)))
+		bw.WriteString("\r\n")
+	}
+	bw.WriteString("\r\n")
+	bw.Write(body)
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("%w: %v", errNothingRead, err)
+	}
+
+	br := c.br
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		if len(line) == 0 {
+			return fmt.Errorf("%w: %v", errNothingRead, err)
+		}
+		return err
+	}
+	// "HTTP/1.1 200 OK"
+	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) {
+		return fmt.Errorf("the driver's answer is not HTTP: %q", line)
+	}
+	status, err := strconv.Atoi(string(line[9:12]))
+	if err != nil || status < 100 {
+		return fmt.Errorf("the driver's status line is malformed: %q", line)
+	}
+	closeAfter := line[7] == '0' // HTTP/1.0
+	tp := textproto.NewReader(br)
+	mh, err := tp.ReadMIMEHeader()
+	if err != nil {
+		return fmt.Errorf("reading the driver's headers: %v", err)
+	}
+	out := w.Header()
+	var length int64 = -1
+	chunked := false
+	for k, vs := range mh {
+		switch k {
+		case "Content-Length":
+			if n, err := strconv.ParseInt(vs[0], 10, 64); err == nil && n >= 0 {
+				length = n
+			}
+		case "Transfer-Encoding":
+			chunked = len(vs) > 0 && vs[len(vs)-1] == "chunked"
+			continue
+		case "Connection":
+			for _, v := range vs {
+				if textproto.TrimString(v) == "close" {
+					closeAfter = true
+				}
+			}
+			continue
+		}
+		if !hopHeaders[k] {
+			out[k] = vs
+		}
+	}
+	var src io.Reader
+	switch {
+	case method == http.MethodHead || status == http.StatusNoContent || status == http.StatusNotModified || status < 200:
+		src, length = http.NoBody, 0
+	case chunked:
+		src, length = httputil.NewChunkedReader(br), -1
+	case length >= 0:
+		src = io.LimitReader(br, length)
+	default:
+		src, closeAfter = br, true // the answer ends when the driver closes
+	}
+	w.WriteHeader(status)
+	buf := copyBufs.Get().(*[]byte)
+	n, err := io.CopyBuffer(writerOnly{w}, src, *buf)
+	copyBufs.Put(buf)
+	if err != nil || (length >= 0 && n != length) {
+		if ctx.Err() != nil {
+			return nil // the client left; nothing more to tell it
+		}
+		panic(http.ErrAbortHandler) // the driver's answer broke off
+	}
+	keep = !closeAfter
+	return nil
+}
