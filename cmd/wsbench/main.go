@@ -135,6 +135,11 @@ func run(ctx context.Context, short bool, only, out string, churnFor time.Durati
 			ff, af, ff/max(af, 1), fixed.Figures["drain_s"], adaptive.Figures["drain_s"])
 	}
 	if out != "" {
+		if ratios := floorRatios(results); len(ratios) > 0 {
+			if err := bench.FloorChart(ratios, filepath.Join(out, "floor.svg")); err != nil {
+				return err
+			}
+		}
 		f, err := os.Create(filepath.Join(out, "results.jsonl"))
 		if err != nil {
 			return err
@@ -154,4 +159,39 @@ func run(ctx context.Context, short bool, only, out string, churnFor time.Durati
 	}
 	fmt.Printf("\nwsbench: %d scenarios run, %d targets missed\n", len(results), missed)
 	return nil
+}
+
+// floorRatios are the hub-over-floor figures of the proxy and churn runs, for
+// the chart.
+func floorRatios(results []*bench.Result) []bench.Ratio {
+	var out []bench.Ratio
+	for _, r := range results {
+		f := r.Figures
+		switch r.Scenario {
+		case "proxy":
+			for _, c := range []int{1, 4, 32} {
+				if v, ok := f[fmt.Sprintf("c%d_ratio_p50", c)]; ok {
+					target := 2.0
+					if c == 32 {
+						target = 1.5
+					}
+					out = append(out, bench.Ratio{Label: fmt.Sprintf("command p50, %d sessions", c), Value: v, Target: target})
+				}
+				if v, ok := f[fmt.Sprintf("c%d_ratio_p99", c)]; ok && c != 32 {
+					out = append(out, bench.Ratio{Label: fmt.Sprintf("command p99, %d sessions", c), Value: v, Target: 2.5})
+				}
+			}
+		case "churn-4", "churn-32":
+			c := int(f["concurrency"])
+			out = append(out,
+				bench.Ratio{Label: fmt.Sprintf("sessions/s, %d clients", c), Value: f["sessions_per_s"] / f["floor_sessions_per_s"], Target: 0.85, Higher: true},
+				bench.Ratio{Label: fmt.Sprintf("create p50, %d clients", c), Value: f["create_p50_ms"] / f["floor_create_p50_ms"], Target: 1.15})
+			if c == 4 {
+				out = append(out,
+					bench.Ratio{Label: "DELETE p50 over the driver's, 4 clients", Value: f["delete_p50_ms"] / f["driver_delete_p50_ms"], Target: 1.2},
+					bench.Ratio{Label: "DELETE p50 with 2,000 sleepers over without", Value: f["busy_delete_p50_ms"] / f["delete_p50_ms"], Target: 1.1})
+			}
+		}
+	}
+	return out
 }

@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -143,10 +144,19 @@ func freePort() (int, error) {
 
 // proc is a child process (the hub or a stub) on a loopback port.
 type proc struct {
-	cmd  *exec.Cmd
-	url  string
-	logs bytes.Buffer
-	done chan struct{}
+	cmd    *exec.Cmd
+	url    string
+	logsMu sync.Mutex
+	logs   bytes.Buffer // the hub's warnings and failed sessions, for errors
+	done   chan struct{}
+}
+
+// failures are the process's logged failures so far (at most the last 2 KB).
+func (p *proc) failures() string {
+	p.logsMu.Lock()
+	defer p.logsMu.Unlock()
+	b := p.logs.Bytes()
+	return string(b[max(0, len(b)-2048):])
 }
 
 // startHub runs the hub with browsers.json entries for the stub.
@@ -188,6 +198,11 @@ func (e *Env) start(ctx context.Context, bin string, args []string, port int, re
 			if !sent && strings.Contains(sc.Text(), ready) {
 				found <- true
 				sent = true
+			}
+			if line := sc.Text(); strings.Contains(line, "FAILED") || strings.Contains(line, " WARN ") {
+				p.logsMu.Lock()
+				p.logs.WriteString(line + "\n")
+				p.logsMu.Unlock()
 			}
 		}
 		if !sent {

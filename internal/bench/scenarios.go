@@ -209,8 +209,17 @@ func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, er
 		r.Notes = append(r.Notes, fmt.Sprintf("one client alone: create p50 %s ms, p99 %s ms", ms(percentile(alone, 50)), ms(percentile(alone, 99))))
 	}
 	r.Notes = append(r.Notes, fmt.Sprintf("the stub takes %v to answer DELETE (a real driver quits its browser there)", stubDeleteDelay))
-	if len(run.errs) > 0 {
-		return r, fmt.Errorf("churn errors: %v", run.errs)
+	failed := 0
+	for _, n := range run.errs {
+		failed += n
+	}
+	// Under a 32-client churn on 2 cores a start can fail (a stub losing its
+	// port twice); more than 1% is a fault of the hub.
+	if failed*100 > run.sessions {
+		return r, fmt.Errorf("churn errors: %v; the hub logged:\n%s", run.errs, hub.failures())
+	}
+	if failed > 0 {
+		r.Notes = append(r.Notes, fmt.Sprintf("%d failed requests of %d: %v; the hub logged: %s", failed, run.sessions, run.errs, hub.failures()))
 	}
 	return r, nil
 }

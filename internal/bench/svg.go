@@ -100,3 +100,45 @@ func JamChart(r *Result, points []JamPoint, path string) error {
 	s.add(`<circle cx="%d" cy="%d" r="4" fill="#de2d26"/><text x="%d" y="%d">429</text>`, left+10, h-14, left+18, h-10)
 	return s.save(path)
 }
+
+// Ratio is one bar of FloorChart: the hub's figure over its same-run floor,
+// and the target ratio.
+type Ratio struct {
+	Label         string
+	Value, Target float64
+	// Higher says the hub should be at or above Target (throughput); else at
+	// or below (latency).
+	Higher bool
+}
+
+// FloorChart draws the hub's figures as ratios to their floors (1.0 = as good
+// as the floor), each with its target.
+func FloorChart(ratios []Ratio, path string) error {
+	const w, left, top, row = 760, 330, 40, 34
+	h := top + row*len(ratios) + 50
+	maxV := 1.0
+	for _, r := range ratios {
+		maxV = max(maxV, r.Value, r.Target)
+	}
+	maxV *= 1.1
+	px := func(v float64) int { return left + int(float64(w-30-left)*v/maxV) }
+	s := newSVG(w, h, "The hub over its floor, same run (1.0 = the floor; dashed = target)")
+	s.add(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`, px(1), top, px(1), top+row*len(ratios))
+	for i, r := range ratios {
+		y := top + i*row + 6
+		met := r.Value <= r.Target
+		if r.Higher {
+			met = r.Value >= r.Target
+		}
+		color := "#31a354"
+		if !met {
+			color = "#de2d26"
+		}
+		s.add(`<text x="%d" y="%d" text-anchor="end">%s</text>`, left-8, y+14, r.Label)
+		s.add(`<rect x="%d" y="%d" width="%d" height="20" fill="%s"/>`, left, y, px(r.Value)-left, color)
+		s.add(`<text x="%d" y="%d">%.2f×</text>`, px(r.Value)+4, y+14, r.Value)
+		s.add(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black" stroke-dasharray="3"/>`, px(r.Target), y-3, px(r.Target), y+23)
+	}
+	s.add(`<text x="%d" y="%d">%s</text>`, left, h-16, "green: target met; red: missed")
+	return s.save(path)
+}

@@ -83,6 +83,9 @@ func (h *Hub) deleteSession(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	<-removed
+	if h.wire != nil {
+		h.wire.closeIdle(s.URL().Host) // the driver is going; so are its connections
+	}
 	w.Header().Set("Content-Type", ctype)
 	w.WriteHeader(status)
 	_, _ = w.Write(body)

@@ -28,6 +28,7 @@ type wire struct {
 	mu     sync.Mutex
 	idle   map[string][]*wireConn // by host:port, most recent last
 	total  int                    // idle connections in all
+	swept  time.Time              // the last drop of aged connections
 }
 
 // wireMaxBody bounds the request bodies the wire buffers (so that a request
@@ -80,7 +81,8 @@ func (wr *wire) put(host string, c *wireConn) {
 	c.since = now
 	var drop []*wireConn
 	wr.mu.Lock()
-	if wr.total >= wireIdleTotal {
+	if wr.total >= wireIdleTotal && now.Sub(wr.swept) > time.Second {
+		wr.swept = now
 		for h, list := range wr.idle {
 			kept := list[:0]
 			for _, ic := range list {
@@ -247,6 +249,9 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 	buf := copyBufs.Get().(*[]byte)
 	n, err := io.CopyBuffer(writerOnly{w}, src, *buf)
 	copyBufs.Put(buf)
+	if err == nil && chunked {
+		_, err = tp.ReadMIMEHeader() // the trailer section, ended by an empty line
+	}
 	if err != nil || (length >= 0 && n != length) {
 		if ctx.Err() != nil {
 			return nil // the client left; nothing more to tell it

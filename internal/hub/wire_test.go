@@ -1,0 +1,137 @@
+package hub
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// rawDriver answers each request on a connection with the next of answers (raw
+// bytes), closing the connection after an answer when close says so. It
+// stands in for drivers that answer in ways http.Server never does.
+func rawDriver(t *testing.T, answers []string, closeAfter []bool) (string, *atomic.Int32) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var conns atomic.Int32
+	var next atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					i := int(next.Add(1)) - 1
+					if i >= len(answers) {
+						return
+					}
+					io.WriteString(c, answers[i])
+					if closeAfter[i] {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String(), &conns
+}
+
+func wireGet(t *testing.T, wr *wire, host string) (*httptest.ResponseRecorder, error, bool) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	aborted := false
+	var err error
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				if p != http.ErrAbortHandler {
+					panic(p)
+				}
+				aborted = true
+			}
+		}()
+		err = wr.do(context.Background(), rec, "POST", host, "/session/s/url", http.Header{"Content-Type": {"application/json"}}, []byte(`{"url":"x"}`))
+	}()
+	return rec, err, aborted
+}
+
+// The wire reads every answer shape a driver may give, reuses a kept-alive
+// connection, sends again on a new one when an idle connection turns out
+// closed, and aborts an answer that breaks off.
+func TestWire(t *testing.T) {
+	host, conns := rawDriver(t, []string{
+		"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 14\r\n\r\n{\"value\":null}",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"val\r\n9\r\nue\":true}\r\n0\r\n\r\n",
+		"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+		"HTTP/1.0 200 OK\r\n\r\n{\"value\":1}",
+		"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"value\":",
+	}, []bool{false, false, true, true, true})
+	wr := newWire()
+	for i, want := range []struct {
+		code int
+		body string
+	}{{200, `{"value":null}`}, {200, `{"value":true}`}, {404, `{}`}, {200, `{"value":1}`}} {
+		rec, err, aborted := wireGet(t, wr, host)
+		if err != nil || aborted || rec.Code != want.code || rec.Body.String() != want.body {
+			t.Fatalf("answer %d: %v aborted %v: %d %q", i, err, aborted, rec.Code, rec.Body.String())
+		}
+		if i == 0 && rec.Header().Get("Content-Type") != "application/json" {
+			t.Fatalf("headers not passed: %v", rec.Header())
+		}
+	}
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("%d connections for 4 answers, want 2: kept alive until the driver said close", n)
+	}
+	if _, _, aborted := wireGet(t, wr, host); !aborted {
+		t.Fatal("an answer that broke off was not aborted")
+	}
+	if wr.total != 0 {
+		t.Fatalf("%d idle connections kept after closes", wr.total)
+	}
+}
+
+// An idle connection the driver closed meanwhile costs the command nothing: it
+// is sent again on a new connection.
+func TestWireStaleConnection(t *testing.T) {
+	host, conns := rawDriver(t, []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]",
+	}, []bool{false, false})
+	wr := newWire()
+	if rec, err, _ := wireGet(t, wr, host); err != nil || rec.Body.String() != "{}" {
+		t.Fatal(err, rec.Body.String())
+	}
+	// The driver side of the kept connection goes away.
+	wr.mu.Lock()
+	for _, list := range wr.idle {
+		for _, c := range list {
+			c.c.(*net.TCPConn).CloseRead()
+		}
+	}
+	wr.mu.Unlock()
+	rec, err, _ := wireGet(t, wr, host)
+	if err != nil || rec.Body.String() != "[]" || !strings.HasPrefix(rec.Header().Get("Content-Length"), "2") {
+		t.Fatalf("after a stale connection: %v %q", err, rec.Body.String())
+	}
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+}
