@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -59,8 +60,9 @@ type Launcher struct {
 	log    *slog.Logger
 	client *http.Client
 
-	mu    sync.Mutex
-	ports map[int]bool // handed to a live driver of this hub
+	mu       sync.Mutex
+	ports    map[int]bool // handed to a live driver of this hub
+	nextPort int          // the next port to try; 0 before the first start
 }
 
 // New returns a process launcher.
@@ -88,23 +90,41 @@ func New(opts Options, logger *slog.Logger) *Launcher {
 // between this hub's own drivers, and a driver that still loses its port to
 // another program exits, which Start notices and retries.
 func (l *Launcher) reservePort() (int, error) {
-	for range 50 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		l.mu.Lock()
-		if !l.ports[port] {
-			l.ports[port] = true
-			l.mu.Unlock()
-			return port, nil
-		}
-		l.mu.Unlock()
+	span := portMax - portMin
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.nextPort == 0 {
+		l.nextPort = portMin + mrand.IntN(span)
 	}
-	return 0, errors.New("no free loopback port found in 50 tries")
+	for range span {
+		port := l.nextPort
+		if l.nextPort++; l.nextPort >= portMax {
+			l.nextPort = portMin
+		}
+		if l.ports[port] {
+			continue
+		}
+		// A bind to one given port is a lookup; a bind to port 0 made the
+		// kernel search the ephemeral range, and was a sixth of the hub's CPU
+		// under churn.
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		l.ports[port] = true
+		return port, nil
+	}
+	return 0, fmt.Errorf("no free loopback port in %d-%d", portMin, portMax-1)
 }
+
+// The drivers' ports: taken in turn from a range below Linux's ephemeral ports
+// (32768-60999), so a port is not reused soon after its driver ended, and no
+// outgoing connection of the machine competes for it.
+const (
+	portMin = 20000
+	portMax = 32000
+)
 
 func (l *Launcher) freePort(port int) {
 	l.mu.Lock()
@@ -350,9 +370,7 @@ func (i *instance) Stop(ctx context.Context) error {
 		// The session's processes, found from the driver's tree and this
 		// process's children only (it is their subreaper): what else runs on
 		// the machine costs nothing here.
-		procs := sessionProcs(pgid, i.marker)
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		left := killAll(procs, pgid)
+		left := reapSession(pgid, i.marker)
 		<-i.done
 		var errs []error
 		if left > 0 {

@@ -2,9 +2,7 @@ package process
 
 import (
 	"bytes"
-	"errors"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,20 +24,19 @@ func becomeSubreaper() error {
 	return nil
 }
 
-// childrenOf lists pid's children, from /proc/<pid>/task/*/children: a read per
-// thread of pid, whatever else runs on the machine.
+// childrenOf lists the children of pid's main thread, from
+// /proc/<pid>/task/<pid>/children: one small read, whatever else runs on the
+// machine. Orphans reparented to a subreaper are its main thread's children.
 func childrenOf(pid int) []int {
-	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	p := strconv.Itoa(pid)
+	data, err := os.ReadFile("/proc/" + p + "/task/" + p + "/children")
+	if err != nil {
+		return nil
+	}
 	var out []int
-	for _, t := range tasks {
-		data, err := os.ReadFile(t)
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(data)) {
-			if c, err := strconv.Atoi(f); err == nil {
-				out = append(out, c)
-			}
+	for _, f := range strings.Fields(string(data)) {
+		if c, err := strconv.Atoi(f); err == nil {
+			out = append(out, c)
 		}
 	}
 	return out
@@ -84,73 +81,54 @@ func markerOf(pid int) string {
 	return ""
 }
 
-// sessionProcs finds a session's processes without looking at any other: the
-// driver's process tree, and among this process's children (where orphans land,
-// it being their subreaper) those of the driver's group or carrying the
-// session's marker, with their trees. Zombies are listed: they are reaped.
-func sessionProcs(driver int, marker string) []int {
-	seen := map[int]bool{}
-	var out []int
-	var walk func(pid int)
-	walk = func(pid int) {
-		if seen[pid] {
-			return
-		}
-		seen[pid] = true
-		out = append(out, pid)
-		for _, c := range childrenOf(pid) {
-			walk(c)
-		}
-	}
-	if _, ok := statOf(driver); ok {
-		walk(driver)
-	}
-	for _, c := range childrenOf(os.Getpid()) {
-		if c == driver || seen[c] {
-			continue
-		}
-		st, ok := statOf(c)
-		if !ok {
-			continue
-		}
-		if st.pgid == driver || (st.state != 'Z' && markerOf(c) == marker) {
-			walk(c)
-		}
-	}
-	return out
-}
-
-// killAll SIGKILLs procs, reaps those that are this process's children, and
-// waits, for a bounded time, until every one is gone. It returns how many
-// survived.
-func killAll(procs []int, driver int) int {
-	for _, pid := range procs {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
+// reapSession kills a session's processes and reaps them, finding them without
+// looking at any other process: the driver's process group is killed as a
+// group; a process that left it (setsid, as Chromium's crash handler does) is
+// reparented to this process, its subreaper, when its parent dies, and is
+// found among this process's children by the session's marker. Rounds repeat
+// until the group is gone and no such child is left, for 5 s at most; it
+// returns how many were left then. The driver itself is os/exec's to reap.
+func reapSession(driver int, marker string) int {
+	self := os.Getpid()
 	deadline := time.Now().Add(5 * time.Second)
-	left := procs
+	killed := map[int]bool{} // killed and not yet reaped
+	clean := 0               // rounds in a row that found the session gone
 	for {
-		var next []int
-		for _, pid := range left {
-			if pid == driver {
-				continue // os/exec reaps the driver itself
+		_ = syscall.Kill(-driver, syscall.SIGKILL)
+		for _, c := range childrenOf(self) {
+			if c == driver || killed[c] {
+				continue
 			}
+			st, ok := statOf(c)
+			if !ok || !(st.pgid == driver || (st.state != 'Z' && markerOf(c) == marker)) {
+				continue
+			}
+			_ = syscall.Kill(c, syscall.SIGKILL)
+			killed[c] = true
+		}
+		for c := range killed {
 			var ws syscall.WaitStatus
-			if got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); got == pid || errors.Is(err, syscall.ECHILD) {
-				// Reaped, or not our child: then gone when /proc says so.
-				if got == pid {
-					continue
-				}
-				if st, ok := statOf(pid); !ok || st.state == 'Z' {
-					continue
-				}
+			if got, err := syscall.Wait4(c, &ws, syscall.WNOHANG, nil); got == c || err != nil {
+				delete(killed, c) // reaped (or not ours to reap)
 			}
-			next = append(next, pid)
 		}
-		if len(next) == 0 || time.Now().After(deadline) {
-			return len(next)
+		groupAlive := syscall.Kill(-driver, 0) == nil
+		if len(killed) == 0 && !groupAlive {
+			// Once more: a helper whose parent was reaped in this round was
+			// reparented here after this round's look at the children.
+			if clean++; clean == 2 {
+				return 0
+			}
+			continue
 		}
-		left = next
-		time.Sleep(5 * time.Millisecond) // the kernel tears a killed process down in moments
+		clean = 0
+		if time.Now().After(deadline) {
+			n := len(killed)
+			if groupAlive {
+				n++
+			}
+			return n
+		}
+		time.Sleep(2 * time.Millisecond) // the kernel tears killed processes down in moments
 	}
 }
