@@ -1,10 +1,13 @@
 package hub
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -270,4 +273,69 @@ func TestFullAndClosedOverHTTP(t *testing.T) {
 		retryAfter(t, rec, 60)
 		(<-h.slots).Release()
 	})
+}
+
+// rawPost sends a new-session request on its own connection and returns the
+// connection, to read the answer from (or to close).
+func rawPost(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "POST /session HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, len(w3cChrome), w3cChrome)
+	return c
+}
+
+// A request that waits is detached from the HTTP server: admitted, it is
+// answered on its connection, closed after; its client closing the connection
+// gives its place up at once; a drain refuses it with 503 and Retry-After.
+func TestDetachedWaiters(t *testing.T) {
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	addr := strings.TrimPrefix(f.srv.URL, "http://")
+	_, body := f.do("POST", "/session", w3cChrome)
+	held := body["value"].(map[string]any)["sessionId"].(string)
+
+	queued := func(n int) {
+		t.Helper()
+		f.ev.Wait(t, "[QUEUED]", 5*time.Second)
+		if got := f.q.Stats().Waiting; got != n {
+			t.Fatalf("waiting %d, want %d", got, n)
+		}
+	}
+	b := rawPost(t, addr)
+	defer b.Close()
+	queued(1)
+	gone := rawPost(t, addr)
+	queued(2)
+	gone.Close()
+	f.ev.Wait(t, "[CLIENT_DISCONNECTED]", 5*time.Second) // noticed at once: the detached reader saw the close
+	if got := f.q.Stats().Waiting; got != 1 {
+		t.Fatalf("waiting %d after a client left, want 1", got)
+	}
+
+	f.do("DELETE", "/session/"+held, "")
+	resp, err := http.ReadResponse(bufio.NewReader(b), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !resp.Close || !strings.Contains(string(answer), `"sessionId"`) {
+		t.Fatalf("the detached waiter's answer: %d close=%v %s", resp.StatusCode, resp.Close, answer)
+	}
+	var v struct{ Value struct{ SessionID string } }
+	json.Unmarshal(answer, &v)
+
+	d := rawPost(t, addr)
+	defer d.Close()
+	queued(1)
+	go f.hub.Drain(context.Background())
+	resp, err = http.ReadResponse(bufio.NewReader(d), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a detached waiter at drain: %d Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	f.do("DELETE", "/session/"+v.Value.SessionID, "")
 }

@@ -51,6 +51,10 @@ type creation struct {
 	w   http.ResponseWriter
 	r   *http.Request
 	ctx context.Context
+	// cancel ends ctx: when the request's own context ends (unhook undoes
+	// that link), or when a detached request's client closes its connection.
+	cancel context.CancelFunc
+	unhook func() bool
 
 	ns       *webdriver.NewSession
 	cands    []webdriver.Candidate
@@ -69,7 +73,11 @@ type creation struct {
 
 // createSession is POST /session: parse, resolve, check, admit, start, register.
 func (h *Hub) createSession(w http.ResponseWriter, r *http.Request) {
-	c := &creation{id: strconv.FormatUint(h.reqIDs.Add(1), 10), w: w, r: r, ctx: r.Context()}
+	c := &creation{id: strconv.FormatUint(h.reqIDs.Add(1), 10), w: w, r: r}
+	// The creation's own context, linked to the request's while the handler
+	// serves it: a request that waits detached from the handler outlives it.
+	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(r.Context()))
+	c.unhook = context.AfterFunc(r.Context(), c.cancel)
 	logtag.Event(h.log, slog.LevelInfo, c.id, "NEW_REQUEST", r.RemoteAddr)
 	defer func() {
 		if p := recover(); p != nil { // a panic in any phase still gives back what it held
@@ -77,30 +85,50 @@ func (h *Hub) createSession(w http.ResponseWriter, r *http.Request) {
 			panic(p)
 		}
 	}()
-	for _, step := range []struct {
-		phase phase
-		run   func(*creation) error
-	}{
+	if h.runPhases(c, creationPhases(h)) {
+		c.unhook()
+		c.cancel()
+	}
+}
+
+type creationPhase struct {
+	phase phase
+	run   func(*creation) error
+}
+
+func creationPhases(h *Hub) []creationPhase {
+	return []creationPhase{
 		{phaseParse, h.parse},
 		{phaseResolve, h.resolve},
 		{phaseCheck, h.check},
 		{phaseAdmit, h.admit},
 		{phaseStart, h.start},
 		{phaseRegister, h.register},
-	} {
+	}
+}
+
+// runPhases runs phases in order and answers the client: the session, or the
+// first phase's error. It returns false, having answered nothing, when the
+// request was detached to wait in the queue (the rest runs there).
+func (h *Hub) runPhases(c *creation, phases []creationPhase) bool {
+	for _, step := range phases {
 		err := step.run(c)
+		if errors.Is(err, errDetached) {
+			return false
+		}
 		if err == nil && c.ctx.Err() != nil && step.phase != phaseRegister {
 			err = errClientGone // stop working for a client that has left
 		}
 		if err != nil {
 			h.abandon(c)
-			h.writeCreateError(w, c.id, &createError{phase: step.phase, err: err})
-			return
+			h.writeCreateError(c.w, c.id, &createError{phase: step.phase, err: err})
+			return true
 		}
 	}
 	logtag.Event(h.log, slog.LevelInfo, c.id, "SESSION_CREATED", logtag.SessionID(c.driver.ID), logtag.Browser(c.browser.String()),
 		c.inst.Describe(), logtag.Duration(fmt.Sprintf("%.3fs", c.took.Seconds()), c.took))
-	writeJSON(w, http.StatusOK, webdriver.SessionAnswer(c.ns.W3C, c.driver.ID, h.sideChannelCaps(r, c.session, c.driver.Caps)))
+	writeJSON(c.w, http.StatusOK, webdriver.SessionAnswer(c.ns.W3C, c.driver.ID, h.sideChannelCaps(c.r, c.session, c.driver.Caps)))
+	return true
 }
 
 // abandon stops what a failed creation started and gives back its slot.
@@ -185,15 +213,30 @@ func (h *Hub) check(c *creation) error {
 	return err
 }
 
-// admit waits in the queue for a slot and a start permit.
+// admit waits in the queue for a slot and a start permit. A request that has to
+// wait is detached from Go's HTTP server when it can be (detach.go): it then
+// waits on two small goroutines, and the rest of its creation runs there.
 func (h *Hub) admit(c *creation) error {
 	cost := 1
 	if c.cand.Options.EnableVideo {
 		cost = 2 // the browser's container and its recorder's
 	}
-	slot, err := admit(h.queue, c.r, queue.Request{ID: c.id, NoWait: NoWait(c.r.Header), Cost: cost})
+	// Go's server notices a closed connection only after the body has been
+	// read to its end, and a client that left must not be handed a slot.
+	_, _ = io.Copy(io.Discard, c.r.Body)
+	slot, out, wait := h.queue.Enqueue(c.ctx, queue.Request{ID: c.id, NoWait: NoWait(c.r.Header), Cost: cost})
+	if wait != nil {
+		if h.detach(c) {
+			go h.resume(c, wait)
+			return errDetached
+		}
+		slot, out = wait()
+	}
+	if !out.Admitted {
+		return &refusal{out}
+	}
 	c.slot = slot
-	return err
+	return nil
 }
 
 // admit drains what is left of r's body, then waits for a slot: Go's server

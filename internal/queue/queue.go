@@ -243,37 +243,51 @@ func (q *Queue) Options() Options { return q.opts }
 // It returns a Slot exactly when the outcome is Admitted. When ctx ends first the
 // outcome is ReasonCancelled and any slot handed over meanwhile has been released.
 func (q *Queue) Acquire(ctx context.Context, r Request) (*Slot, Outcome) {
+	s, out, wait := q.Enqueue(ctx, r)
+	if wait == nil {
+		return s, out
+	}
+	return wait()
+}
+
+// Enqueue is Acquire in two steps, for a caller that waits somewhere else than
+// where it asked (the hub hands a queued request's connection to a small
+// goroutine of its own). It answers at once — admitted, or refused — with wait
+// nil; or it queues r and returns wait, which blocks until r is admitted, its
+// budget runs out, the queue closes or ctx ends, exactly as Acquire. wait must
+// be called once. The budget counts from Enqueue.
+func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, func() (*Slot, Outcome)) {
 	if ctx.Err() != nil {
 		// The client left before it asked: no slot for it.
-		return nil, Outcome{Reason: ReasonCancelled, limit: q.opts.Limit, opts: &q.opts}
+		return nil, Outcome{Reason: ReasonCancelled, limit: q.opts.Limit, opts: &q.opts}, nil
 	}
 	q.mu.Lock()
 	now := time.Now()
 	idle := now.Sub(q.lastFast)
 	if q.closed {
-		return nil, q.refuseLocked(r, Outcome{Idle: idle, limit: q.opts.Limit, opts: &q.opts}, ReasonClosed)
+		return nil, q.refuseLocked(r, Outcome{Idle: idle, limit: q.opts.Limit, opts: &q.opts}, ReasonClosed), nil
 	}
 	if q.inUse < q.opts.Limit && q.waiters.Len() == 0 && q.tryStartLocked(r.cost()) {
 		q.inUse++
 		q.lastFast = now
 		q.mu.Unlock()
 		q.m.wait.Observe(0)
-		return &Slot{q: q, admitted: now, cost: r.cost()}, Outcome{Admitted: true, Fast: true, Idle: idle, limit: q.opts.Limit, opts: &q.opts}
+		return &Slot{q: q, admitted: now, cost: r.cost()}, Outcome{Admitted: true, Fast: true, Idle: idle, limit: q.opts.Limit, opts: &q.opts}, nil
 	}
 	out := Outcome{Idle: idle, State: q.stateAt(idle), limit: q.opts.Limit, opts: &q.opts}
 	switch {
 	case q.opts.Disabled:
-		return nil, q.refuseLocked(r, out, ReasonDisabled)
+		return nil, q.refuseLocked(r, out, ReasonDisabled), nil
 	case r.NoWait:
-		return nil, q.refuseLocked(r, out, ReasonNoWait)
+		return nil, q.refuseLocked(r, out, ReasonNoWait), nil
 	}
 	if q.opts.MaxWaiting > 0 && q.waiters.Len() >= q.opts.MaxWaiting {
-		return nil, q.refuseLocked(r, out, ReasonFull)
+		return nil, q.refuseLocked(r, out, ReasonFull), nil
 	}
 	if out.State == Saturated {
 		out.Budget = q.opts.SaturatedBudget
 		if out.Budget == 0 {
-			return nil, q.refuseLocked(r, out, ReasonShed)
+			return nil, q.refuseLocked(r, out, ReasonShed), nil
 		}
 	} else {
 		out.Budget = q.opts.KeepingUpBudget
@@ -283,10 +297,14 @@ func (q *Queue) Acquire(ctx context.Context, r Request) (*Slot, Outcome) {
 	w.elem = q.waiters.PushBack(w)
 	q.mu.Unlock()
 	logtag.Event(q.log, slog.LevelDebug, r.ID, "QUEUED", out.State, "budget "+budgetString(out.Budget))
+	return nil, out, func() (*Slot, Outcome) { return q.wait(ctx, r, w, out) }
+}
 
+// wait blocks a queued request until it is admitted or refused.
+func (q *Queue) wait(ctx context.Context, r Request, w *waiter, out Outcome) (*Slot, Outcome) {
 	var expired <-chan time.Time
 	if out.Budget > 0 {
-		t := time.NewTimer(out.Budget)
+		t := time.NewTimer(out.Budget - time.Since(w.queued))
 		defer t.Stop()
 		expired = t.C
 	}
