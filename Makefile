@@ -47,7 +47,7 @@ vet:
 # Every benchmark: the Go benchmarks, then every load-tool scenario at full size
 # (about 20 minutes), writing results and charts to docs/bench/.
 bench:
-	WEBSUMMONER_BENCH=1 $(GO) test -count=1 -run '^TestProxyOverheadTargets$$' -v ./internal/hub | tee docs/bench/proxy-inproc.txt
+	WEBSUMMONER_BENCH=1 $(GO) test -count=1 -run '^(TestProxyOverheadTargets|TestWaiterMemory)$$' -v ./internal/hub | tee docs/bench/proxy-inproc.txt
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/... | tee docs/bench/go-bench.txt
 	$(GO) run ./cmd/wsbench -out docs/bench | tee docs/bench/wsbench.txt
 	WEBSUMMONER_VIDEO_COST=20 WEBSUMMONER_VIDEO_COST_OUT=$(CURDIR)/docs/bench/video-cost.txt $(GO) test -count=1 -v -run '^TestVideoCost$$' ./e2e

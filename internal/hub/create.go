@@ -56,10 +56,10 @@ type creation struct {
 	cancel context.CancelFunc
 	unhook func() bool
 
-	ns       *webdriver.NewSession
-	cands    []webdriver.Candidate
-	cand     webdriver.Candidate
-	caps     map[string]any // the chosen candidate's, merged once
+	w3c      bool                  // the client speaks W3C (else JSONWire)
+	cands    []webdriver.Candidate // until resolve has chosen one
+	opts     webdriver.Options     // the chosen candidate's vendor options
+	caps     map[string]any        // the chosen candidate's, merged once
 	browser  config.Resolved
 	launcher launcher.Launcher
 	slot     *queue.Slot
@@ -127,7 +127,7 @@ func (h *Hub) runPhases(c *creation, phases []creationPhase) bool {
 	}
 	logtag.Event(h.log, slog.LevelInfo, c.id, "SESSION_CREATED", logtag.SessionID(c.driver.ID), logtag.Browser(c.browser.String()),
 		c.inst.Describe(), logtag.Duration(fmt.Sprintf("%.3fs", c.took.Seconds()), c.took))
-	writeJSON(c.w, http.StatusOK, webdriver.SessionAnswer(c.ns.W3C, c.driver.ID, h.sideChannelCaps(c.r, c.session, c.driver.Caps)))
+	writeJSON(c.w, http.StatusOK, webdriver.SessionAnswer(c.w3c, c.driver.ID, h.sideChannelCaps(c.r, c.session, c.driver.Caps)))
 	return true
 }
 
@@ -152,10 +152,12 @@ func (h *Hub) parse(c *creation) error {
 		}
 		return &bodyError{err} // malformed chunking, a short body: answered 400
 	}
-	if c.ns, err = webdriver.ParseNewSession(body); err != nil {
+	ns, err := webdriver.ParseNewSession(body)
+	if err != nil {
 		return err
 	}
-	c.cands, err = c.ns.Candidates()
+	c.w3c = ns.W3C
+	c.cands, err = ns.Candidates()
 	return err
 }
 
@@ -173,7 +175,7 @@ func (h *Hub) resolve(c *creation) error {
 		}
 		b, err := browsers.Find(cand.Browser, cand.Version)
 		if err == nil {
-			c.cand, c.browser = cand, b
+			c.opts, c.caps, c.browser = cand.Options, cand.Caps(), b
 			firstErr = nil
 			break
 		}
@@ -184,7 +186,8 @@ func (h *Hub) resolve(c *creation) error {
 	if c.browser.Browser == nil {
 		return firstErr
 	}
-	c.caps = c.cand.Caps()
+	// What a waiting request keeps is its merged capabilities, not the parse.
+	c.cands = nil
 	c.launcher = h.launchers.Process
 	if !c.browser.Image.IsCommand() {
 		c.launcher = h.launchers.Docker
@@ -199,7 +202,7 @@ func (h *Hub) resolve(c *creation) error {
 // client asks for what it may not choose, or the launcher knows the start is
 // doomed (engine down, image missing).
 func (h *Hub) check(c *creation) error {
-	if err := launcher.CheckClient(c.browser, c.cand.Options, c.caps); err != nil {
+	if err := launcher.CheckClient(c.browser, c.opts, c.caps); err != nil {
 		return err
 	}
 	ch, ok := c.launcher.(launcher.Checker)
@@ -218,19 +221,21 @@ func (h *Hub) check(c *creation) error {
 // waits on two small goroutines, and the rest of its creation runs there.
 func (h *Hub) admit(c *creation) error {
 	cost := 1
-	if c.cand.Options.EnableVideo {
+	if c.opts.EnableVideo {
 		cost = 2 // the browser's container and its recorder's
 	}
 	// Go's server notices a closed connection only after the body has been
-	// read to its end, and a client that left must not be handed a slot.
+	// read to its end, and a client that left must not be handed a slot. The
+	// body, read, is let go: it holds the connection's 4 KiB read buffer.
 	_, _ = io.Copy(io.Discard, c.r.Body)
-	slot, out, wait := h.queue.Enqueue(c.ctx, queue.Request{ID: c.id, NoWait: NoWait(c.r.Header), Cost: cost})
-	if wait != nil {
+	c.r.Body = http.NoBody
+	slot, out, waiting := h.queue.Enqueue(c.ctx, queue.Request{ID: c.id, NoWait: NoWait(c.r.Header), Cost: cost})
+	if waiting != nil {
 		if h.detach(c) {
-			go h.resume(c, wait)
+			waiting.Notify(func(slot *queue.Slot, out queue.Outcome) { h.resume(c, slot, out) })
 			return errDetached
 		}
-		slot, out = wait()
+		slot, out = waiting.Wait()
 	}
 	if !out.Admitted {
 		return &refusal{out}
@@ -265,8 +270,8 @@ func (h *Hub) start(c *creation) error {
 }
 
 func (h *Hub) startAttempts(c *creation) error {
-	body := webdriver.DriverBody(c.caps, c.ns.W3C, c.browser.Caps)
-	if screen := c.cand.Options.ScreenResolution; screen != "" {
+	body := webdriver.DriverBody(c.caps, c.w3c, c.browser.Caps)
+	if screen := c.opts.ScreenResolution; screen != "" {
 		body = withScreen(body, screen)
 	}
 	var lastErr error
@@ -275,7 +280,7 @@ func (h *Hub) startAttempts(c *creation) error {
 		if attempt > 1 {
 			logtag.Event(h.log, slog.LevelInfo, c.id, "RETRYING", fmt.Sprintf("attempt %d of %d (-retry-count)", attempt, h.opts.RetryCount), lastErr)
 		}
-		inst, err := c.launcher.Start(c.ctx, launcher.Request{ID: c.id, Browser: c.browser, Options: c.cand.Options})
+		inst, err := c.launcher.Start(c.ctx, launcher.Request{ID: c.id, Browser: c.browser, Options: c.opts})
 		if err != nil {
 			if c.ctx.Err() != nil {
 				return c.ctx.Err()
@@ -315,11 +320,11 @@ func (h *Hub) register(c *creation) error {
 		return errShutDown
 	}
 	s := &session.Session{
-		ID: c.driver.ID, Browser: c.browser.Name, Version: c.browser.Version, Name: c.cand.Options.Name, Owner: userOf(c.r),
-		Caps: c.caps, Screen: c.cand.Options.ScreenResolution, VNC: c.cand.Options.EnableVNC && c.inst.Endpoints().VNC != nil,
-		Started: time.Now(), Instance: c.inst, Idle: h.idleFor(c.cand.Options),
+		ID: c.driver.ID, Browser: c.browser.Name, Version: c.browser.Version, Name: c.opts.Name, Owner: userOf(c.r),
+		Caps: c.caps, Screen: c.opts.ScreenResolution, VNC: c.opts.EnableVNC && c.inst.Endpoints().VNC != nil,
+		Started: time.Now(), Instance: c.inst, Idle: h.idleFor(c.opts),
 	}
-	if o := c.cand.Options; o.EnableVideo {
+	if o := c.opts; o.EnableVideo {
 		s.Video = o.VideoName
 		if s.Video == "" {
 			s.Video = c.driver.ID + ".mp4"

@@ -19,8 +19,8 @@ import (
 // A new-session request that has to wait is detached from Go's HTTP server:
 // the hub takes its connection over (Hijack), so the handler's goroutine, with
 // its grown stack, and the server's read and write buffers go, and the request
-// waits on two goroutines that never grow — one in the queue, one reading the
-// connection to notice at once a client that leaves. The answer, when it
+// waits on one goroutine that never grows, reading the connection to notice at
+// once a client that leaves, and a timer and a callback in the queue. The answer, when it
 // comes, is written by hand with Connection: close. A server that cannot hand
 // the connection over (HTTP/2, a test's recorder) waits as before.
 
@@ -96,9 +96,9 @@ func (h *Hub) detach(c *creation) bool {
 	return true
 }
 
-// resume waits for a detached request's turn, then runs the rest of its
-// creation and answers it.
-func (h *Hub) resume(c *creation, wait func() (*queue.Slot, queue.Outcome)) {
+// resume runs the rest of a detached request's creation once the queue has
+// settled it, and answers it.
+func (h *Hub) resume(c *creation, slot *queue.Slot, out queue.Outcome) {
 	d := c.w.(*detachedWriter)
 	defer func() {
 		if p := recover(); p != nil { // as the server would: log, give back, answer 500
@@ -110,7 +110,6 @@ func (h *Hub) resume(c *creation, wait func() (*queue.Slot, queue.Outcome)) {
 		d.finish()
 		c.cancel()
 	}()
-	slot, out := wait()
 	rest := creationPhases(h)[4:] // start, register
 	if !out.Admitted {
 		h.writeCreateError(d, c.id, &createError{phase: phaseAdmit, err: &refusal{out}})

@@ -197,6 +197,7 @@ type waiter struct {
 	fast    bool          // set with granted
 	ready   chan struct{} // closed when granted
 	elem    *list.Element // nil once out of the list
+	fire    func()        // set by Notify: called (under Queue.mu) when ready closes
 }
 
 // Queue hands out -limit slots to new-session requests.
@@ -243,11 +244,81 @@ func (q *Queue) Options() Options { return q.opts }
 // It returns a Slot exactly when the outcome is Admitted. When ctx ends first the
 // outcome is ReasonCancelled and any slot handed over meanwhile has been released.
 func (q *Queue) Acquire(ctx context.Context, r Request) (*Slot, Outcome) {
-	s, out, wait := q.Enqueue(ctx, r)
-	if wait == nil {
+	s, out, waiting := q.Enqueue(ctx, r)
+	if waiting == nil {
 		return s, out
 	}
-	return wait()
+	return waiting.Wait()
+}
+
+// Waiting is a queued request (Enqueue). Exactly one of Wait and Notify must be
+// called, once.
+type Waiting struct {
+	q   *Queue
+	ctx context.Context
+	r   Request
+	w   *waiter
+	out Outcome
+}
+
+// Wait blocks until the request is admitted, its budget runs out, the queue
+// closes or its context ends, as Acquire does.
+func (wt *Waiting) Wait() (*Slot, Outcome) {
+	var expired <-chan time.Time
+	if wt.out.Budget > 0 {
+		t := time.NewTimer(wt.out.Budget - time.Since(wt.w.queued))
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case <-wt.w.ready:
+	case <-expired:
+	case <-wt.ctx.Done():
+	}
+	return wt.q.settle(wt.ctx, wt.r, wt.w, wt.out)
+}
+
+// Notify is Wait without a goroutine blocked in it: done is called, on a
+// goroutine of its own, with what Wait would have returned. A waiting request
+// then costs a timer and a context callback, no stack.
+func (wt *Waiting) Notify(done func(*Slot, Outcome)) {
+	var (
+		mu      sync.Mutex
+		settled bool
+		timer   *time.Timer
+		stopCtx func() bool
+	)
+	settle := func() {
+		mu.Lock()
+		if settled {
+			mu.Unlock()
+			return
+		}
+		settled = true
+		t, stop := timer, stopCtx
+		mu.Unlock()
+		if t != nil {
+			t.Stop()
+		}
+		if stop != nil {
+			stop()
+		}
+		done(wt.q.settle(wt.ctx, wt.r, wt.w, wt.out))
+	}
+	q, w := wt.q, wt.w
+	q.mu.Lock()
+	w.fire = func() { go settle() }
+	resolved := w.granted || w.closed
+	q.mu.Unlock()
+	mu.Lock()
+	if wt.out.Budget > 0 {
+		timer = time.AfterFunc(wt.out.Budget-time.Since(w.queued), settle)
+	}
+	stopCtx = context.AfterFunc(wt.ctx, settle)
+	mu.Unlock()
+	if resolved {
+		go settle()
+	}
 }
 
 // Enqueue is Acquire in two steps, for a caller that waits somewhere else than
@@ -256,7 +327,7 @@ func (q *Queue) Acquire(ctx context.Context, r Request) (*Slot, Outcome) {
 // nil; or it queues r and returns wait, which blocks until r is admitted, its
 // budget runs out, the queue closes or ctx ends, exactly as Acquire. wait must
 // be called once. The budget counts from Enqueue.
-func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, func() (*Slot, Outcome)) {
+func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waiting) {
 	if ctx.Err() != nil {
 		// The client left before it asked: no slot for it.
 		return nil, Outcome{Reason: ReasonCancelled, limit: q.opts.Limit, opts: &q.opts}, nil
@@ -297,22 +368,12 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, func() 
 	w.elem = q.waiters.PushBack(w)
 	q.mu.Unlock()
 	logtag.Event(q.log, slog.LevelDebug, r.ID, "QUEUED", out.State, "budget "+budgetString(out.Budget))
-	return nil, out, func() (*Slot, Outcome) { return q.wait(ctx, r, w, out) }
+	return nil, out, &Waiting{q: q, ctx: ctx, r: r, w: w, out: out}
 }
 
-// wait blocks a queued request until it is admitted or refused.
-func (q *Queue) wait(ctx context.Context, r Request, w *waiter, out Outcome) (*Slot, Outcome) {
-	var expired <-chan time.Time
-	if out.Budget > 0 {
-		t := time.NewTimer(out.Budget - time.Since(w.queued))
-		defer t.Stop()
-		expired = t.C
-	}
-	select {
-	case <-w.ready:
-	case <-expired:
-	case <-ctx.Done():
-	}
+// settle ends a queued request's wait: admitted if a slot was handed over (and
+// its client is still there), else refused for why it stopped waiting.
+func (q *Queue) settle(ctx context.Context, r Request, w *waiter, out Outcome) (*Slot, Outcome) {
 	q.mu.Lock()
 	if w.granted {
 		q.mu.Unlock()
@@ -357,6 +418,9 @@ func (q *Queue) Close() {
 		q.removeLocked(w)
 		w.closed = true
 		close(w.ready)
+		if w.fire != nil {
+			w.fire()
+		}
 	}
 }
 
@@ -477,6 +541,9 @@ func (q *Queue) dispatchLocked(now time.Time) {
 			q.lastFast = now
 		}
 		close(w.ready)
+		if w.fire != nil {
+			w.fire()
+		}
 	}
 }
 

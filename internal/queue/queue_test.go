@@ -596,3 +596,75 @@ func TestRequestCostReachesTheGate(t *testing.T) {
 		}
 	})
 }
+
+// Notify settles a queued request exactly as Wait does — admitted at a
+// release, refused when its budget runs out or the queue closes, cancelled
+// when its client leaves — with no goroutine waiting meanwhile; a request
+// admitted between Enqueue and Notify is told at once.
+func TestNotify(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q, err := New(Options{Limit: 1, Timeout: time.Minute}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, out, _ := q.Enqueue(context.Background(), Request{ID: "held"})
+		if !out.Admitted {
+			t.Fatal("held")
+		}
+		type result struct {
+			slot *Slot
+			out  Outcome
+		}
+		notify := func(ctx context.Context, id string) chan result {
+			ch := make(chan result, 1)
+			_, _, w := q.Enqueue(ctx, Request{ID: id})
+			if w == nil {
+				t.Fatalf("%s was not queued", id)
+			}
+			w.Notify(func(s *Slot, o Outcome) { ch <- result{s, o} })
+			return ch
+		}
+		before := runtime.NumGoroutine()
+		a := notify(context.Background(), "a")
+		ctx, leave := context.WithCancel(context.Background())
+		b := notify(ctx, "b")
+		synctest.Wait()
+		if g := runtime.NumGoroutine(); g != before {
+			t.Fatalf("%d goroutines while two requests wait, %d before: Notify must not park one", g, before)
+		}
+		leave()
+		if r := <-b; r.out.Reason != ReasonCancelled || r.slot != nil {
+			t.Fatalf("b after its client left: %+v", r.out)
+		}
+		held.Release()
+		r := <-a
+		if !r.out.Admitted || r.slot == nil {
+			t.Fatalf("a at the release: %+v", r.out)
+		}
+		c := notify(context.Background(), "c")
+		time.Sleep(time.Minute + time.Second) // fake time: c's budget runs out
+		if r := <-c; r.out.Reason != ReasonTimeout {
+			t.Fatalf("c after its budget: %+v", r.out)
+		}
+		d := notify(context.Background(), "d")
+		q.Close()
+		if r := <-d; r.out.Reason != ReasonClosed {
+			t.Fatalf("d at Close: %+v", r.out)
+		}
+		r.slot.Release()
+
+		// Admitted between Enqueue and Notify: told at once.
+		q2, _ := New(Options{Limit: 1}, nil, nil)
+		h2, _, _ := q2.Enqueue(context.Background(), Request{})
+		_, _, w := q2.Enqueue(context.Background(), Request{ID: "e"})
+		h2.Release()
+		e := make(chan Outcome, 1)
+		w.Notify(func(s *Slot, o Outcome) { e <- o; s.Release() })
+		if o := <-e; !o.Admitted {
+			t.Fatalf("e: %+v", o)
+		}
+		if st := q2.Stats(); st.InUse != 0 || st.Waiting != 0 {
+			t.Fatalf("q2 not empty: %+v", st)
+		}
+	})
+}

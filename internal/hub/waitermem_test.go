@@ -1,0 +1,73 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"testing"
+	"time"
+
+	"github.com/websummoner/websummoner/internal/httpserver"
+	"github.com/websummoner/websummoner/internal/queue"
+)
+
+// TestWaiterMemory measures what a detached waiting request holds in the hub:
+// Go heap and stacks per waiter, at 2,000 waiters on real connections. It runs
+// from make bench (WEBSUMMONER_BENCH=1) and writes a heap profile when asked
+// (WEBSUMMONER_HEAPPROFILE=file).
+func TestWaiterMemory(t *testing.T) {
+	if os.Getenv("WEBSUMMONER_BENCH") == "" {
+		t.Skip("make bench runs it (WEBSUMMONER_BENCH=1)")
+	}
+	const n = 2000
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	// The hub behind the server it runs behind in production (body deadlines,
+	// connection tracking), not httptest's bare one.
+	srv, err := httpserver.New(httpserver.Options{}, f.hub, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Shutdown(context.Background())
+	addr := ln.Addr().String()
+	_, body := f.do("POST", "/session", w3cChrome)
+	held := body["value"].(map[string]any)["sessionId"].(string)
+	measure := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapInuse + m.StackInuse
+	}
+	before := measure()
+	conns := make([]net.Conn, 0, n)
+	for range n {
+		conns = append(conns, rawPost(t, addr))
+	}
+	for f.q.Stats().Waiting < n {
+		time.Sleep(10 * time.Millisecond) // the server reads them in its own time
+	}
+	peak := measure()
+	if path := os.Getenv("WEBSUMMONER_HEAPPROFILE"); path != "" {
+		out, _ := os.Create(path)
+		pprof.WriteHeapProfile(out)
+		out.Close()
+	}
+	per := float64(peak-before) / n
+	fmt.Printf("waiters %d: Go heap+stacks %.1f KiB per waiter (this test's client side included: its conns); goroutines %d\n", n, per/1024, runtime.NumGoroutine())
+	for _, c := range conns {
+		c.Close()
+	}
+	for f.q.Stats().Waiting > 0 {
+		time.Sleep(10 * time.Millisecond) // each detached reader notices its close
+	}
+	f.do("DELETE", "/session/"+held, "")
+	f.sess.Settled()
+}
