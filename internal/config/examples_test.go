@@ -26,7 +26,7 @@ func TestShippedExamples(t *testing.T) {
 		}
 		var list string
 		// As build.sh hashes them, named as sha256sum prints them from images/chromium.
-		for _, f := range []string{"build.sh", "entrypoint.sh", "../../cmd/fileserver/main.go"} {
+		for _, f := range []string{"build.sh", "entrypoint.sh", "../debian-root.sh", "../../cmd/fileserver/main.go"} {
 			b, err := os.ReadFile(filepath.Join("../../images/chromium", f))
 			if err != nil {
 				t.Fatal(err)

@@ -15,31 +15,39 @@ import (
 // BenchmarkProxyCommand is one command through the hub's handler to a local stub
 // driver, against the same command straight to the stub (the baseline).
 func BenchmarkProxyCommand(b *testing.B) {
-	f := newFixture(b, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
-	defer f.srv.Close()
+	f, driver, hub := proxyBench(b)
+	b.Run("direct", func(b *testing.B) { commandLoop(b, driver) })
+	b.Run("hub", func(b *testing.B) { commandLoop(b, hub) })
+	f.sess.EndAll("shutdown")
+}
+
+// proxyBench is a hub with one session on a local stub driver, and the
+// command's URL straight to the driver and through the hub.
+func proxyBench(tb testing.TB) (f *fixture, direct, viaHub string) {
+	f = newFixture(tb, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
 	_, body := f.do("POST", "/session", w3cChrome)
 	id := body["value"].(map[string]any)["sessionId"].(string)
-	var driver string
 	f.l.mu.Lock()
 	for i := range f.l.live {
-		driver = i.srv.URL
+		direct = i.srv.URL
 	}
 	f.l.mu.Unlock()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-	run := func(b *testing.B, url string) {
-		b.ReportAllocs()
-		for b.Loop() {
-			resp, err := client.Get(url)
-			if err != nil || resp.StatusCode != 200 {
-				b.Fatal(err, resp)
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
+	return f, direct + "/session/" + id + "/title", f.srv.URL + "/wd/hub/session/" + id + "/title"
+}
+
+var benchClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+
+// commandLoop is the command, b.N times, through a pooled client.
+func commandLoop(b *testing.B, url string) {
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := benchClient.Get(url)
+		if err != nil || resp.StatusCode != 200 {
+			b.Fatal(err, resp)
 		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}
-	b.Run("direct", func(b *testing.B) { run(b, driver+"/session/"+id+"/title") })
-	b.Run("hub", func(b *testing.B) { run(b, f.srv.URL+"/wd/hub/session/"+id+"/title") })
-	f.sess.EndAll("shutdown")
 }
 
 // BenchmarkProxyHandler is the hub's handler alone (no client socket): what the
@@ -105,31 +113,9 @@ func TestProxyOverheadTargets(t *testing.T) {
 	if os.Getenv("WEBSUMMONER_BENCH") == "" {
 		t.Skip("make bench runs it (WEBSUMMONER_BENCH=1)")
 	}
-	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
-	_, body := f.do("POST", "/session", w3cChrome)
-	id := body["value"].(map[string]any)["sessionId"].(string)
-	var driver string
-	f.l.mu.Lock()
-	for i := range f.l.live {
-		driver = i.srv.URL
-	}
-	f.l.mu.Unlock()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-	loop := func(url string) testing.BenchmarkResult {
-		return testing.Benchmark(func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				resp, err := client.Get(url)
-				if err != nil || resp.StatusCode != 200 {
-					b.Fatal(err, resp)
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-		})
-	}
-	direct := loop(driver + "/session/" + id + "/title")
-	hub := loop(f.srv.URL + "/wd/hub/session/" + id + "/title")
+	f, driverURL, hubURL := proxyBench(t)
+	direct := testing.Benchmark(func(b *testing.B) { commandLoop(b, driverURL) })
+	hub := testing.Benchmark(func(b *testing.B) { commandLoop(b, hubURL) })
 	f.sess.EndAll("shutdown")
 	us := float64(hub.NsPerOp()-direct.NsPerOp()) / 1e3
 	allocs := hub.AllocsPerOp() - direct.AllocsPerOp()

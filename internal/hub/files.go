@@ -60,18 +60,53 @@ func (h *Hub) downloads(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// fileKind says what a served directory holds: its files' noun in errors, and
-// whether a browser shows one (a video plays in the page) or saves it.
+// fileKind says what a served directory holds: its files' noun in errors,
+// whether a browser shows one (a video plays in the page) or saves it, and
+// what to tell an admin-only refusal and a hub that keeps none.
 type fileKind struct {
-	noun   string
-	inline bool
+	noun          string
+	inline        bool
+	forAdmins     string
+	noneKept      string
+	nameExplained string
 }
 
 var (
 	downloadFiles = fileKind{noun: "downloaded file"}
-	logFiles      = fileKind{noun: "log file"}
-	videoFiles    = fileKind{noun: "video", inline: true}
+	logFiles      = fileKind{noun: "log file", nameExplained: `names have no path, no ".."`,
+		forAdmins: "session log files are served to -admin-users only; follow your live session at /logs/{session-id}",
+		noneKept:  "no session logs are kept: start the hub with -log-output-dir (and enableLog, or -save-all-logs)"}
+	videoFiles = fileKind{noun: "video", inline: true, nameExplained: `names have no path and do not start with "."`,
+		forAdmins: "videos are served to -admin-users only",
+		noneKept:  "no videos are kept: this hub records none (-video-output-dir is unset or not writable, or it runs with -disable-docker)"}
 )
+
+// fileName is the {name} of a kept-files route, unescaped; ok is false (and
+// the client told why) for a name with a path, "..", or a leading dot.
+func fileName(w http.ResponseWriter, r *http.Request, kind fileKind) (string, bool) {
+	raw := mux.Vars(r)["name"]
+	name, err := url.PathUnescape(raw)
+	if err != nil || strings.ContainsAny(name, `/\`) || name == "." || name == ".." || strings.HasPrefix(name, ".") {
+		webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument,
+			fmt.Sprintf("%q is not a %s name: %s", raw, kind.noun, kind.nameExplained))
+		return "", false
+	}
+	return name, true
+}
+
+// serveKept serves a directory of every user's kept files (logs, videos): the
+// operator's, so admins only under -htpasswd.
+func (h *Hub) serveKept(w http.ResponseWriter, r *http.Request, dir, name string, kind fileKind) {
+	if h.opts.Auth != nil && h.opts.Auth.Enabled() && !h.opts.Auth.Admin(userOf(r)) {
+		webdriver.WriteError(w, http.StatusForbidden, webdriver.ErrUnknownError, kind.forAdmins)
+		return
+	}
+	if dir == "" {
+		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation, kind.noneKept)
+		return
+	}
+	serveDir(w, r, dir, name, kind)
+}
 
 // serveDir serves a directory of finished files: GET lists (?json: a JSON
 // array), GET or HEAD of a name serves it (with Range), DELETE removes it.

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 
-	"github.com/gorilla/mux"
 	"golang.org/x/net/websocket"
 
 	"github.com/websummoner/websummoner/internal/webdriver"
@@ -24,10 +22,8 @@ import (
 
 // logs serves /logs/ and /logs/{name}.
 func (h *Hub) logs(w http.ResponseWriter, r *http.Request) {
-	name, err := url.PathUnescape(mux.Vars(r)["name"])
-	if err != nil || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
-		webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument,
-			fmt.Sprintf("%q is not a log file name: names have no path, no \"..\"", mux.Vars(r)["name"]))
+	name, ok := fileName(w, r, logFiles)
+	if !ok {
 		return
 	}
 	if name != "" {
@@ -36,16 +32,7 @@ func (h *Hub) logs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	// Files of every user's sessions are the operator's to serve.
-	if h.opts.Auth != nil && h.opts.Auth.Enabled() && !h.opts.Auth.Admin(userOf(r)) {
-		webdriver.WriteError(w, http.StatusForbidden, webdriver.ErrUnknownError, "session log files are served to -admin-users only; follow your live session at /logs/{session-id}")
-		return
-	}
-	if h.opts.LogDir == "" {
-		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation, "no session logs are kept: start the hub with -log-output-dir (and enableLog, or -save-all-logs)")
-		return
-	}
-	serveDir(w, r, h.opts.LogDir, name, logFiles)
+	h.serveKept(w, r, h.opts.LogDir, name, logFiles)
 }
 
 // followLog streams a live session's output.

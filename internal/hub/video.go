@@ -1,14 +1,7 @@
 package hub
 
 import (
-	"fmt"
 	"net/http"
-	"net/url"
-	"strings"
-
-	"github.com/gorilla/mux"
-
-	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
 // Session videos, as Selenoid serves them:
@@ -20,20 +13,7 @@ import (
 // A video is listed only once complete: the launcher writes it under a hidden
 // temporary name and renames it when the recorder has finished.
 func (h *Hub) video(w http.ResponseWriter, r *http.Request) {
-	name, err := url.PathUnescape(mux.Vars(r)["name"])
-	if err != nil || strings.ContainsAny(name, `/\`) || name == "." || name == ".." || strings.HasPrefix(name, ".") {
-		webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument,
-			fmt.Sprintf("%q is not a video name: names have no path and do not start with \".\"", mux.Vars(r)["name"]))
-		return
+	if name, ok := fileName(w, r, videoFiles); ok {
+		h.serveKept(w, r, h.opts.VideoDir, name, videoFiles)
 	}
-	// Videos of every user's sessions are the operator's to serve.
-	if h.opts.Auth != nil && h.opts.Auth.Enabled() && !h.opts.Auth.Admin(userOf(r)) {
-		webdriver.WriteError(w, http.StatusForbidden, webdriver.ErrUnknownError, "videos are served to -admin-users only")
-		return
-	}
-	if h.opts.VideoDir == "" {
-		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation, "no videos are kept: this hub records none (-video-output-dir is unset or not writable, or it runs with -disable-docker)")
-		return
-	}
-	serveDir(w, r, h.opts.VideoDir, name, videoFiles)
 }
