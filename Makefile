@@ -3,7 +3,7 @@
 GO ?= go
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build run deps images image test unit e2e bench bench-short fuzz vet clean
+.PHONY: build run deps test-deps images image test unit e2e bench bench-short fuzz vet clean
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/websummoner ./cmd/websummoner
@@ -11,6 +11,9 @@ build:
 
 deps:
 	scripts/deps.sh
+
+test-deps:
+	scripts/deps.sh test
 
 # The hub as a container image (Dockerfile): a static binary on scratch.
 IMAGE ?= websummoner/hub:$(VERSION)
@@ -30,14 +33,14 @@ images:
 	images/chromium/build.sh
 	images/recorder/build.sh
 
-test: deps vet images
+test: test-deps vet images
 	$(MAKE) bench-short
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 unit:
 	$(GO) test -race -count=1 ./internal/... ./cmd/...
 
-e2e: deps images
+e2e: test-deps images
 	$(GO) test -count=1 -v ./e2e/
 
 vet:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs what WebSummoner's hub and tests need on a fresh Debian machine of this
-# kind: Chromium and its driver, Python Selenium (for the end-to-end tests), and
-# the Go modules. Safe to run again: it installs only what is missing.
+# Installs what WebSummoner's hub needs on a fresh Debian machine of this kind:
+# Chromium and its driver, Python Selenium (the end-to-end tests' client and the
+# README's example), and the Go modules; with "test", also what only the tests
+# use (ffmpeg, Prometheus, Alertmanager). Safe to run again: it installs only
+# what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,11 +11,13 @@ need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 /usr/bin/python3 -c 'import selenium' >/dev/null 2>&1 || need+=(python3-selenium)
-# ffprobe checks recorded videos; Prometheus, promtool and Alertmanager run the
-# alerting tests.
-command -v ffprobe >/dev/null 2>&1 || need+=(ffmpeg)
-command -v promtool >/dev/null 2>&1 || need+=(prometheus)
-command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+if [ "${1:-}" = test ]; then
+  # For the tests only: ffprobe checks recorded videos; Prometheus, promtool and
+  # Alertmanager run the alerting tests.
+  command -v ffprobe >/dev/null 2>&1 || need+=(ffmpeg)
+  command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+  command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+fi
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "deps: missing Debian packages: ${need[*]}" >&2
