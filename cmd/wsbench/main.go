@@ -22,7 +22,7 @@ func main() {
 	soakFor := flag.Duration("soak", 60*time.Minute, "how long the soak scenario runs (full mode; 2m with -short)")
 	out := flag.String("out", "", "write the JSON results and SVG charts to this directory")
 	churnFor := flag.Duration("churn", time.Minute, "how long each churn run lasts (full mode): the floor, the hub, and at 4 clients the hub beside 2,000 sleeping processes")
-	waiters := flag.Int("waiters", 5000, "waiting requests in the waiters scenario (full mode)")
+	waiters := flag.Int("waiters", 10000, "waiting requests in the waiters scenario (full mode)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

@@ -330,7 +330,7 @@ func (e *Env) Waiters(ctx context.Context, l, m, handoffs int) (*Result, error) 
 		fmt.Sprintf("%.1f / %.1f / %.1f", mem0/(1<<20), memPeak/(1<<20), memAfter/(1<<20)),
 		fmt.Sprintf("%.0f / %.0f / %.0f", gor0, gorPeak, gorAfter),
 		fmt.Sprintf("%.0f", perWaiter), fmt.Sprintf("%s / %s", ms(percentile(hand, 50)), ms(percentile(hand, 99)))})
-	r.target("RSS per waiter", perWaiter/1024, 16, "KiB")
+	r.target("RSS per waiter", perWaiter/1024, 8, "KiB")
 	r.target("freed slot → next waiter's session created, p99 (includes starting its driver)", float64(percentile(hand, 99))/1e6, 1, "ms")
 	r.Notes = append(r.Notes, "the hand-off figure includes starting the next stub driver process and its new-session call; the queue's own hand-off is BenchmarkHandOff in internal/queue")
 	r.Notes = append(r.Notes, r0)
