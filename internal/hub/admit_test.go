@@ -339,3 +339,16 @@ func TestDetachedWaiters(t *testing.T) {
 	}
 	f.do("DELETE", "/session/"+v.Value.SessionID, "")
 }
+
+// admit is the admit phase alone, for these tests: it drains what is left of
+// r's body, then waits for a slot: Go's server
+// notices a closed connection only after the body has been read to its end, and
+// a client that left must not be handed a slot. A refusal is a *refusal.
+func admit(q *queue.Queue, r *http.Request, req queue.Request) (*queue.Slot, error) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	slot, out := q.Acquire(r.Context(), req)
+	if !out.Admitted {
+		return nil, &refusal{out}
+	}
+	return slot, nil
+}

@@ -244,18 +244,6 @@ func (h *Hub) admit(c *creation) error {
 	return nil
 }
 
-// admit drains what is left of r's body, then waits for a slot: Go's server
-// notices a closed connection only after the body has been read to its end, and
-// a client that left must not be handed a slot. A refusal is a *refusal.
-func admit(q *queue.Queue, r *http.Request, req queue.Request) (*queue.Slot, error) {
-	_, _ = io.Copy(io.Discard, r.Body)
-	slot, out := q.Acquire(r.Context(), req)
-	if !out.Admitted {
-		return nil, &refusal{out}
-	}
-	return slot, nil
-}
-
 // start launches the browser and creates the driver's session, up to
 // -retry-count times, and tells the start gate how it went.
 func (h *Hub) start(c *creation) error {
