@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -29,133 +28,113 @@ type churnRun struct {
 
 func (c churnRun) perSecond() float64 { return float64(c.sessions) / c.elapsed.Seconds() }
 
-// floorChurn is the floor the hub is measured against: the load tool does the
-// hub's whole job itself, with the same concurrency — spawn the stub on a free
-// port, wait for /status, create a session, run k commands, DELETE, stop the
-// stub with SIGINT and reap it.
-func (e *Env) floorChurn(ctx context.Context, c, k int, d time.Duration) churnRun {
+// churnLoop runs c clients, each repeating one until d has passed, and gathers
+// what one measured: a session's creation and DELETE times, or a failure.
+func churnLoop(ctx context.Context, c int, d time.Duration, one func(w wd, fail func(string)) (create, del time.Duration, ok bool)) churnRun {
 	w := wd{c: pooled(c)}
-	ready := &http.Client{Timeout: time.Second}
 	run := churnRun{errs: map[string]int{}}
 	var mu sync.Mutex
-	var n atomic.Int64
+	fail := func(why string) {
+		mu.Lock()
+		run.errs[why]++
+		mu.Unlock()
+	}
 	t0 := time.Now()
 	deadline := t0.Add(d)
 	var wg sync.WaitGroup
 	for range c {
 		wg.Go(func() {
 			for time.Now().Before(deadline) && ctx.Err() == nil {
-				s := time.Now()
-				port, err := freePort()
-				if err != nil {
-					continue
-				}
-				cmd := exec.Command(e.Stub, "-delete-delay", stubDeleteDelay.String(), "--port="+strconv.Itoa(port))
-				cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-				if err := cmd.Start(); err != nil {
+				if create, del, ok := one(w, fail); ok {
 					mu.Lock()
-					run.errs["spawn "+err.Error()]++
+					run.sessions++
+					run.creates = append(run.creates, create)
+					run.deletes = append(run.deletes, del)
 					mu.Unlock()
-					continue
 				}
-				exited := make(chan struct{})
-				go func() { cmd.Wait(); close(exited) }()
-				base := "http://127.0.0.1:" + strconv.Itoa(port)
-				up := false
-				// As the hub does: poll from 1 ms with backoff; a stub that exits
-				// (it lost its port) is started again on another.
-				for wait, give := time.Millisecond, time.Now().Add(10*time.Second); !up && time.Now().Before(give); wait = min(2*wait, 50*time.Millisecond) {
-					if resp, err := ready.Get(base + "/status"); err == nil {
-						resp.Body.Close()
-						up = true
-						break
-					}
-					select {
-					case <-exited:
-						give = time.Time{}
-					case <-time.After(wait):
-					}
-				}
-				if !up {
-					_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-					<-exited
-					continue
-				}
-				id, code, err := w.create(ctx, base, stubCaps)
-				took := time.Since(s)
-				if err == nil && code == 200 {
-					for range k {
-						w.command(base, id)
-					}
-					ds := time.Now()
-					w.remove(base, id)
-					dtook := time.Since(ds)
-					mu.Lock()
-					run.creates = append(run.creates, took)
-					run.deletes = append(run.deletes, dtook)
-					mu.Unlock()
-					n.Add(1)
-				}
-				_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
-				<-exited
 			}
 		})
 	}
 	wg.Wait()
 	run.elapsed = time.Since(t0)
-	run.sessions = int(n.Load())
 	sortDurations(run.creates)
 	sortDurations(run.deletes)
 	return run
 }
 
+// churnSession is one session on the driver (or hub) at base: create — timed
+// from s, which may include starting the driver — k commands, DELETE.
+func churnSession(ctx context.Context, w wd, base string, k int, s time.Time, fail func(string)) (create, del time.Duration, ok bool) {
+	id, code, err := w.create(ctx, base, stubCaps)
+	create = time.Since(s)
+	if err != nil || code != 200 {
+		fail(fmt.Sprintf("create %d %v", code, err))
+		return create, 0, false
+	}
+	for range k {
+		if code, err := w.command(base, id); err != nil || code != 200 {
+			fail(fmt.Sprintf("command %d", code))
+		}
+	}
+	ds := time.Now()
+	w.remove(base, id)
+	return create, time.Since(ds), true
+}
+
+// floorChurn is the floor the hub is measured against: the load tool does the
+// hub's whole job itself, with the same concurrency — spawn the stub on a free
+// port, wait for /status, create a session, run k commands, DELETE, stop the
+// stub with SIGINT and reap it.
+func (e *Env) floorChurn(ctx context.Context, c, k int, d time.Duration) churnRun {
+	ready := &http.Client{Timeout: time.Second}
+	return churnLoop(ctx, c, d, func(w wd, fail func(string)) (time.Duration, time.Duration, bool) {
+		s := time.Now()
+		port, err := freePort()
+		if err != nil {
+			fail("port " + err.Error())
+			return 0, 0, false
+		}
+		cmd := exec.Command(e.Stub, "-delete-delay", stubDeleteDelay.String(), "--port="+strconv.Itoa(port))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			fail("spawn " + err.Error())
+			return 0, 0, false
+		}
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		defer func() {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
+			<-exited
+		}()
+		base := "http://127.0.0.1:" + strconv.Itoa(port)
+		// As the hub does: poll from 1 ms with backoff; a stub that exits (it
+		// lost its port) is started again on another.
+		for wait, give := time.Millisecond, time.Now().Add(10*time.Second); ; wait = min(2*wait, 50*time.Millisecond) {
+			if resp, err := ready.Get(base + "/status"); err == nil {
+				resp.Body.Close()
+				break
+			}
+			if time.Now().After(give) {
+				return 0, 0, false
+			}
+			select {
+			case <-exited:
+				return 0, 0, false
+			case <-time.After(wait):
+			}
+		}
+		return churnSession(ctx, w, base, k, s, fail)
+	})
+}
+
 // hubChurn is the same loop through the hub.
 func hubChurn(ctx context.Context, hub *proc, c, k int, d time.Duration) churnRun {
-	w := wd{c: pooled(c)}
-	run := churnRun{errs: map[string]int{}}
-	var mu sync.Mutex
-	var n atomic.Int64
 	cpu0 := cpuSeconds(hub.pid())
-	t0 := time.Now()
-	deadline := t0.Add(d)
-	var wg sync.WaitGroup
-	for range c {
-		wg.Go(func() {
-			for time.Now().Before(deadline) && ctx.Err() == nil {
-				s := time.Now()
-				id, code, err := w.create(ctx, hub.url+"/wd/hub", stubCaps)
-				took := time.Since(s)
-				if err != nil || code != 200 {
-					mu.Lock()
-					run.errs[fmt.Sprintf("create %d %v", code, err)]++
-					mu.Unlock()
-					continue
-				}
-				for range k {
-					if code, err := w.command(hub.url+"/wd/hub", id); err != nil || code != 200 {
-						mu.Lock()
-						run.errs[fmt.Sprintf("command %d", code)]++
-						mu.Unlock()
-					}
-				}
-				ds := time.Now()
-				w.remove(hub.url+"/wd/hub", id)
-				dtook := time.Since(ds)
-				n.Add(1)
-				mu.Lock()
-				run.creates = append(run.creates, took)
-				run.deletes = append(run.deletes, dtook)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	run.elapsed = time.Since(t0)
-	run.sessions = int(n.Load())
+	run := churnLoop(ctx, c, d, func(w wd, fail func(string)) (time.Duration, time.Duration, bool) {
+		return churnSession(ctx, w, hub.url+"/wd/hub", k, time.Now(), fail)
+	})
 	run.cpuSeconds = cpuSeconds(hub.pid()) - cpu0
 	run.rssEnd = rss(hub.pid())
-	sortDurations(run.creates)
-	sortDurations(run.deletes)
 	return run
 }
 
