@@ -1,43 +1,27 @@
 package logtag
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"time"
 )
 
-// JSONHandler writes each record as one JSON object per line (-log-format
-// json), for log shippers. An event logged with Event has stable keys:
+// NewJSONHandler returns a Handler writing to w, at or above level, each record
+// as one JSON object per line (-log-format json), for log shippers. An event
+// logged with Event has stable keys:
 //
 //	time, level, event, message (the text line's "[id] [EVENT] [...]"),
 //	request_id (a numeric id) or session_id, details (every detail as text),
 //	and one key per Field: session_id, browser, duration_ms, reason.
-type JSONHandler struct {
-	mu    *sync.Mutex
-	w     io.Writer
-	level slog.Leveler
-	attrs []slog.Attr
+func NewJSONHandler(w io.Writer, level slog.Leveler) *Handler {
+	h := NewHandler(w, level)
+	h.json = true
+	return h
 }
 
-// NewJSONHandler returns a JSONHandler writing to w records at or above level.
-func NewJSONHandler(w io.Writer, level slog.Leveler) *JSONHandler {
-	if level == nil {
-		level = slog.LevelInfo
-	}
-	return &JSONHandler{mu: &sync.Mutex{}, w: w, level: level}
-}
-
-// Enabled reports whether records at level are written.
-func (h *JSONHandler) Enabled(_ context.Context, level slog.Level) bool {
-	return level >= h.level.Level()
-}
-
-// Handle writes one record as one line.
-func (h *JSONHandler) Handle(_ context.Context, r slog.Record) error {
+func (h *Handler) handleJSON(r slog.Record) error {
 	t := r.Time
 	if t.IsZero() {
 		t = time.Now()
@@ -101,13 +85,3 @@ func isNumber(s string) bool {
 	}
 	return s != ""
 }
-
-// WithAttrs returns a JSONHandler that adds attrs to every line.
-func (h *JSONHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	h2 := *h
-	h2.attrs = append(append([]slog.Attr(nil), h.attrs...), attrs...)
-	return &h2
-}
-
-// WithGroup is accepted for slog compatibility; groups are flattened.
-func (h *JSONHandler) WithGroup(string) slog.Handler { return h }

@@ -15,7 +15,7 @@ import (
 
 // Event logs one line "[id] [EVENT] [detail] [detail] ..." at the given level.
 // An empty id is written as "-", as Selenoid does for lines that belong to no
-// request. The pieces travel with the record too, so JSONHandler can give
+// request. The pieces travel with the record too, so the JSON handler can give
 // them stable keys.
 func Event(l *slog.Logger, level slog.Level, id, event string, details ...any) {
 	if l == nil || !l.Enabled(context.Background(), level) {
@@ -118,12 +118,14 @@ func writeEscaped(b *strings.Builder, s string) {
 }
 
 // Handler is a slog.Handler that prints "2006/01/02 15:04:05 message" lines like Go's
-// standard logger (and so Selenoid), followed by any attributes as key=value.
+// standard logger (and so Selenoid), followed by any attributes as key=value;
+// or, made by NewJSONHandler, one JSON object per line (json.go).
 type Handler struct {
 	mu    *sync.Mutex
 	w     io.Writer
 	level slog.Leveler
 	attrs []slog.Attr
+	json  bool
 }
 
 // NewHandler returns a Handler writing to w lines at or above level.
@@ -141,6 +143,9 @@ func (h *Handler) Enabled(_ context.Context, level slog.Level) bool {
 
 // Handle writes one record as one line.
 func (h *Handler) Handle(_ context.Context, r slog.Record) error {
+	if h.json {
+		return h.handleJSON(r)
+	}
 	var b strings.Builder
 	t := r.Time
 	if t.IsZero() {
