@@ -68,6 +68,7 @@ fuzz:
 bench-short:
 	$(GO) test -run '^$$' -bench . -benchtime 10x ./internal/...
 	$(GO) run ./cmd/wsbench -short
+	WEBSUMMONER_BENCH=1 $(GO) test -count=1 -run '^(TestProxyOverheadTargets|TestWaiterMemory)$$' ./internal/hub
 	WEBSUMMONER_VIDEO_COST=2 $(GO) test -count=1 -run '^TestVideoCost$$' ./e2e
 
 clean:

@@ -111,7 +111,7 @@ func BenchmarkSessionLookup(b *testing.B) {
 // make bench (WEBSUMMONER_BENCH=1); timing is never asserted in make test.
 func TestProxyOverheadTargets(t *testing.T) {
 	if os.Getenv("WEBSUMMONER_BENCH") == "" {
-		t.Skip("make bench runs it (WEBSUMMONER_BENCH=1)")
+		t.Skip("make bench and make bench-short run it (WEBSUMMONER_BENCH=1)")
 	}
 	f, driverURL, hubURL := proxyBench(t)
 	direct := testing.Benchmark(func(b *testing.B) { commandLoop(b, driverURL) })

@@ -1,14 +1,12 @@
 package hub
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"sync"
 
-	"github.com/websummoner/websummoner/internal/session"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
@@ -151,9 +149,3 @@ func (h *Hub) serveCommand(w http.ResponseWriter, r *http.Request, escID string)
 // writerOnly hides the ResponseWriter's ReadFrom, so the copy uses the pooled
 // buffer instead of allocating its own.
 type writerOnly struct{ io.Writer }
-
-// commandError answers a command the driver did not answer, as proxyError does
-// for the router's path.
-func (h *Hub) commandError(w http.ResponseWriter, r *http.Request, s *session.Session, err error) {
-	h.proxyError(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, s)), err)
-}

@@ -177,7 +177,11 @@ func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 // browser is gone (and the session ends), unknown error otherwise; nothing to a
 // client that left.
 func (h *Hub) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	s := r.Context().Value(sessionKey{}).(*session.Session)
+	h.commandError(w, r, r.Context().Value(sessionKey{}).(*session.Session), err)
+}
+
+// commandError is proxyError for a session the caller holds.
+func (h *Hub) commandError(w http.ResponseWriter, r *http.Request, s *session.Session, err error) {
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		return
 	}

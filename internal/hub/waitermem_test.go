@@ -20,7 +20,7 @@ import (
 // (WEBSUMMONER_HEAPPROFILE=file).
 func TestWaiterMemory(t *testing.T) {
 	if os.Getenv("WEBSUMMONER_BENCH") == "" {
-		t.Skip("make bench runs it (WEBSUMMONER_BENCH=1)")
+		t.Skip("make bench and make bench-short run it (WEBSUMMONER_BENCH=1)")
 	}
 	const n = 2000
 	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
