@@ -264,6 +264,31 @@ func cpuSeconds(pid int) float64 {
 	return (ut + st) / 100 // USER_HZ
 }
 
+// hubDrivers lists the driver processes a local-driver hub has started: its
+// children, of whichever of its threads forked them.
+func hubDrivers(hub int) []int {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", hub))
+	var pids []int
+	for _, t := range tasks {
+		data, _ := os.ReadFile(t)
+		for _, f := range strings.Fields(string(data)) {
+			if p, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, p)
+			}
+		}
+	}
+	return pids
+}
+
+// sumCPU is cpuSeconds summed over pids.
+func sumCPU(pids []int) float64 {
+	t := 0.0
+	for _, p := range pids {
+		t += cpuSeconds(p)
+	}
+	return t
+}
+
 // metric reads one sample from the hub's /metrics.
 func metric(c *http.Client, base, sample string) float64 {
 	resp, err := c.Get(base + "/metrics")

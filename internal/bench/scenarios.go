@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"sort"
 	"strconv"
@@ -95,7 +96,18 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 			}
 			viaHub = append(viaHub, id)
 		}
+		// Where the CPU goes, per command: this process (the clients), the
+		// stub drivers, and the hub.
+		stubCPU := func() float64 {
+			t := 0.0
+			for _, s := range stubs {
+				t += cpuSeconds(s.pid())
+			}
+			return t
+		}
+		self0, stub0 := cpuSeconds(os.Getpid()), stubCPU()
 		dl, de, err := loop(direct, d, maxCmds)
+		selfD, stubD := cpuSeconds(os.Getpid())-self0, stubCPU()-stub0
 		for _, s := range stubs {
 			s.stop()
 		}
@@ -106,10 +118,18 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 		for i, id := range viaHub {
 			hubIDs[i] = hub.url + "/wd/hub\x00" + id
 		}
+		hubStubs := hubDrivers(hub.pid())
+		self0, hub0, stub0 := cpuSeconds(os.Getpid()), cpuSeconds(hub.pid()), sumCPU(hubStubs)
 		hl, he, err := loop(hubIDs, d, maxCmds)
+		selfH, hubH, stubH := cpuSeconds(os.Getpid())-self0, cpuSeconds(hub.pid())-hub0, sumCPU(hubStubs)-stub0
 		if err != nil {
 			return nil, err
 		}
+		us := func(sec float64, n int) string { return fmt.Sprintf("%.0f", sec/float64(max(n, 1))*1e6) }
+		r.Notes = append(r.Notes, fmt.Sprintf("%d sessions, CPU µs per command (clients / drivers / hub): direct %s / %s, via the hub %s / %s / %s",
+			c, us(selfD, len(dl)), us(stubD, len(dl)), us(selfH, len(hl)), us(stubH, len(hl)), us(hubH, len(hl))))
+		r.Figures[fmt.Sprintf("c%d_hub_cpu_us_per_cmd", c)] = hubH / float64(max(len(hl), 1)) * 1e6
+		r.Figures[fmt.Sprintf("c%d_direct_cpu_us_per_cmd", c)] = (selfD + stubD) / float64(max(len(dl), 1)) * 1e6
 		o50 := percentile(hl, 50) - percentile(dl, 50)
 		o99 := percentile(hl, 99) - percentile(dl, 99)
 		cs := strconv.Itoa(c)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -47,10 +48,14 @@ func NoWait(h http.Header) bool {
 // creation is one POST /session on its way through the phases; each phase fills
 // in what the next needs, and abandon gives back whatever was taken.
 type creation struct {
-	id  string
-	w   http.ResponseWriter
-	r   *http.Request
-	ctx context.Context
+	id string
+	w  http.ResponseWriter
+	// r is the request until it is detached to wait (then nil: what the
+	// phases after admit need of it is kept in owner and base).
+	r     *http.Request
+	owner string // the authenticated user, if any
+	base  string // ws:// or wss:// and the host the client reached the hub by
+	ctx   context.Context
 	// cancel ends ctx: when the request's own context ends (unhook undoes
 	// that link), or when a detached request's client closes its connection.
 	cancel context.CancelFunc
@@ -73,10 +78,11 @@ type creation struct {
 
 // createSession is POST /session: parse, resolve, check, admit, start, register.
 func (h *Hub) createSession(w http.ResponseWriter, r *http.Request) {
-	c := &creation{id: strconv.FormatUint(h.reqIDs.Add(1), 10), w: w, r: r}
+	c := &creation{id: strconv.FormatUint(h.reqIDs.Add(1), 10), w: w, r: r, owner: userOf(r), base: h.wsBase(r)}
 	// The creation's own context, linked to the request's while the handler
-	// serves it: a request that waits detached from the handler outlives it.
-	c.ctx, c.cancel = context.WithCancel(context.WithoutCancel(r.Context()))
+	// serves it: a request that waits detached from the handler outlives it,
+	// and holds none of the server's context values.
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.unhook = context.AfterFunc(r.Context(), c.cancel)
 	logtag.Event(h.log, slog.LevelInfo, c.id, "NEW_REQUEST", r.RemoteAddr)
 	defer func() {
@@ -127,7 +133,7 @@ func (h *Hub) runPhases(c *creation, phases []creationPhase) bool {
 	}
 	logtag.Event(h.log, slog.LevelInfo, c.id, "SESSION_CREATED", logtag.SessionID(c.driver.ID), logtag.Browser(c.browser.String()),
 		c.inst.Describe(), logtag.Duration(fmt.Sprintf("%.3fs", c.took.Seconds()), c.took))
-	writeJSON(c.w, http.StatusOK, webdriver.SessionAnswer(c.w3c, c.driver.ID, h.sideChannelCaps(c.r, c.session, c.driver.Caps)))
+	writeJSON(c.w, http.StatusOK, webdriver.SessionAnswer(c.w3c, c.driver.ID, h.sideChannelCaps(c.base, c.session, c.driver.Caps)))
 	return true
 }
 
@@ -218,7 +224,8 @@ func (h *Hub) check(c *creation) error {
 
 // admit waits in the queue for a slot and a start permit. A request that has to
 // wait is detached from Go's HTTP server when it can be (detach.go): it then
-// waits on two small goroutines, and the rest of its creation runs there.
+// waits on no goroutine, and the rest of its creation runs on one of the
+// queue's when it is settled.
 func (h *Hub) admit(c *creation) error {
 	cost := 1
 	if c.opts.EnableVideo {
@@ -308,7 +315,7 @@ func (h *Hub) register(c *creation) error {
 		return errShutDown
 	}
 	s := &session.Session{
-		ID: c.driver.ID, Browser: c.browser.Name, Version: c.browser.Version, Name: c.opts.Name, Owner: userOf(c.r),
+		ID: c.driver.ID, Browser: c.browser.Name, Version: c.browser.Version, Name: c.opts.Name, Owner: c.owner,
 		Caps: c.caps, Screen: c.opts.ScreenResolution, VNC: c.opts.EnableVNC && c.inst.Endpoints().VNC != nil,
 		Started: time.Now(), Instance: c.inst, Idle: h.idleFor(c.opts),
 	}
@@ -375,28 +382,19 @@ func (h *Hub) newDriverSession(ctx context.Context, inst launcher.Instance, body
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.opts.SessionAttemptTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, inst.Endpoints().Driver.JoinPath("session").String(), bytes.NewReader(body))
-	if err != nil {
-		return fail("building the new-session call: "+err.Error(), err, false)
-	}
-	req.Header.Set("Content-Type", "application/json; charset=utf-8")
-	resp, err := h.client.Do(req)
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return fail(fmt.Sprintf("the driver did not create a session within -session-attempt-timeout %v: %v", h.opts.SessionAttemptTimeout, err), err, true)
-		}
+	status, data, err := h.driverCall(ctx, http.MethodPost, inst.Endpoints().Driver.JoinPath("session"), body, webdriver.MaxNewSessionAnswer)
+	switch {
+	case errors.Is(err, errTooLarge):
+		return fail(fmt.Sprintf("the driver's new-session answer is larger than %d MiB; a driver's capabilities are kilobytes — check the image", webdriver.MaxNewSessionAnswer>>20), nil, false)
+	case errors.Is(err, errAnswerBroken):
+		return fail("reading the driver's new-session answer: "+err.Error(), err, false)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fail(fmt.Sprintf("the driver did not create a session within -session-attempt-timeout %v: %v", h.opts.SessionAttemptTimeout, err), err, true)
+	case err != nil:
 		return fail("the driver's new-session call failed: "+err.Error(), err, true)
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, webdriver.MaxNewSessionAnswer+1))
-	if err != nil {
-		return fail("reading the driver's new-session answer: "+err.Error(), err, false)
-	}
-	if len(data) > webdriver.MaxNewSessionAnswer {
-		return fail(fmt.Sprintf("the driver's new-session answer is larger than %d MiB; a driver's capabilities are kilobytes — check the image", webdriver.MaxNewSessionAnswer>>20), nil, false)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return webdriver.DriverSession{}, &webdriver.DriverError{Browser: b.String(), Status: resp.StatusCode, Body: data}
+	if status != http.StatusOK {
+		return webdriver.DriverSession{}, &webdriver.DriverError{Browser: b.String(), Status: status, Body: data}
 	}
 	ds, err := webdriver.ParseDriverSession(data)
 	if err != nil {
@@ -405,9 +403,59 @@ func (h *Hub) newDriverSession(ctx context.Context, inst launcher.Instance, body
 	return ds, nil
 }
 
+// errAnswerBroken is a driver's answer that broke off after its status line.
+var errAnswerBroken = errors.New("the answer broke off")
+
+// driverCall makes a call of the hub's own to a driver (new session, DELETE):
+// over the wire when the hub has one, sharing the connections its commands
+// use, else over opts.Transport. It answers the status and the body, read
+// whole; a body over limit is errTooLarge, one that breaks off
+// errAnswerBroken. Redirects are never followed.
+func (h *Hub) driverCall(ctx context.Context, method string, u *url.URL, body []byte, limit int) (int, []byte, error) {
+	hdr := http.Header{}
+	if body != nil {
+		hdr.Set("Content-Type", "application/json; charset=utf-8")
+	}
+	if h.wire != nil && u.Scheme == "http" {
+		c, err := h.wire.call(ctx, method, u, hdr, body, limit)
+		if err != nil {
+			if errors.Is(err, errTooLarge) || !errors.Is(err, errWireRead) {
+				return 0, nil, err
+			}
+			return 0, nil, fmt.Errorf("%w: %v", errAnswerBroken, err)
+		}
+		return c.status, c.body, nil
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header = hdr
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: %v", errAnswerBroken, err)
+	}
+	if len(data) > limit {
+		return 0, nil, errTooLarge
+	}
+	return resp.StatusCode, data, nil
+}
+
 // stop stops an instance the hub still owns, logging a failed stop. The
 // launcher bounds the stop by its own -session-delete-timeout.
 func (h *Hub) stop(id string, inst launcher.Instance) {
+	if h.wire != nil && inst.Endpoints().Driver != nil {
+		h.wire.closeIdle(inst.Endpoints().Driver.Host) // the new-session call's
+	}
 	if err := inst.Stop(context.Background()); err != nil {
 		logtag.Event(h.log, slog.LevelWarn, id, "STOP_FAILED", inst.Describe(), err)
 	}

@@ -18,11 +18,13 @@ import (
 
 // A new-session request that has to wait is detached from Go's HTTP server:
 // the hub takes its connection over (Hijack), so the handler's goroutine, with
-// its grown stack, and the server's read and write buffers go, and the request
-// waits on one goroutine that never grows, reading the connection to notice at
-// once a client that leaves, and a timer and a callback in the queue. The answer, when it
-// comes, is written by hand with Connection: close. A server that cannot hand
-// the connection over (HTTP/2, a test's recorder) waits as before.
+// its grown stack, the server's read and write buffers and the request itself
+// go. What waits is the connection, registered with the hub's hang-up watcher
+// (one goroutine for every waiter: a client that leaves is noticed at once),
+// the creation's chosen capabilities, and a timer and a callback in the queue.
+// The answer, when it comes, is written by hand with Connection: close. A
+// server that cannot hand the connection over (HTTP/2, a test's recorder)
+// waits as before.
 
 // errDetached says the rest of a creation runs on its detached goroutine.
 var errDetached = errors.New("detached to wait in the queue")
@@ -31,6 +33,7 @@ var errDetached = errors.New("detached to wait in the queue")
 // answer a creation writes and sends it as an HTTP/1.1 response.
 type detachedWriter struct {
 	conn   net.Conn
+	stop   func() // ends the hang-up watch
 	header http.Header
 	status int
 	body   []byte
@@ -55,6 +58,7 @@ func (d *detachedWriter) Write(p []byte) (int, error) {
 // connection.
 func (d *detachedWriter) finish() {
 	d.done.Store(true)
+	d.stop()
 	defer d.conn.Close()
 	if d.status == 0 {
 		return
@@ -80,19 +84,14 @@ func (h *Hub) detach(c *creation) bool {
 	}
 	_ = conn.SetDeadline(time.Time{})
 	d := &detachedWriter{conn: conn, header: http.Header{}}
-	c.w = d
-	c.unhook() // the handler's end no longer ends the creation
-	go func() {
-		var b [1]byte
-		for {
-			if _, err := conn.Read(b[:]); err != nil {
-				if !d.done.Load() {
-					c.cancel() // the client left: its place in the queue goes
-				}
-				return
-			}
+	c.w, c.r = d, nil
+	c.unhook()     // the handler's end no longer ends the creation
+	c.unhook = nil // nor does its link hold the server's contexts
+	d.stop = h.hangups.Watch(conn, func() {
+		if !d.done.Load() {
+			c.cancel() // the client left: its place in the queue goes
 		}
-	}()
+	})
 	return true
 }
 

@@ -238,9 +238,8 @@ func bidiPath(caps json.RawMessage) string {
 // sideChannelCaps adds to a new session's capabilities what the client reaches
 // through the hub: se:cdp (and se:cdpVersion) for a browser with DevTools, and
 // webSocketUrl pointing at the hub's BiDi proxy.
-func (h *Hub) sideChannelCaps(r *http.Request, s *session.Session, caps json.RawMessage) json.RawMessage {
+func (h *Hub) sideChannelCaps(base string, s *session.Session, caps json.RawMessage) json.RawMessage {
 	extra := map[string]any{}
-	base := h.wsBase(r)
 	if s.Endpoints().DevTools != nil {
 		extra["se:cdp"] = base + "/devtools/" + url.PathEscape(s.ID) + "/"
 		var c struct {

@@ -15,6 +15,40 @@ func hostileLauncher(at map[hostile.Phase]hostile.Fault) *stubLauncher {
 	return &stubLauncher{wrap: func(h http.Handler) http.Handler { return hostile.Wrap(h, hostile.Options{At: at}) }}
 }
 
+// A driver whose new-session answer is hostile, over the hub's own wire (as in
+// production): the client gets a W3C error saying which phase failed and why,
+// a redirect is never followed, and no session, slot or driver is left.
+func TestNewSessionAgainstHostileDriver(t *testing.T) {
+	for _, tc := range []struct {
+		fault hostile.Fault
+		msg   string
+	}{
+		{hostile.BrokenBody, "reading the driver's new-session answer"},
+		{hostile.Exit, "the driver's new-session call failed"},
+		{hostile.Huge, "larger than 16 MiB"},
+		{hostile.Garbage, "the driver's new-session answer"},
+		{hostile.Redirect, "answered 307"},
+		{hostile.Hang, "within -session-attempt-timeout 2s"},
+	} {
+		t.Run(string(tc.fault), func(t *testing.T) {
+			l := hostileLauncher(map[hostile.Phase]hostile.Fault{hostile.PhaseNewSession: tc.fault})
+			fx := newFixture(t, queue.Options{Limit: 1}, Options{SessionAttemptTimeout: 2 * time.Second}, l)
+			if fx.hub.wire == nil {
+				t.Fatal("the fixture's hub has no wire: this test is about the wire")
+			}
+			resp, body := fx.do("POST", "/session", w3cChrome)
+			v, _ := body["value"].(map[string]any)
+			msg, _ := v["message"].(string)
+			if resp.StatusCode != http.StatusInternalServerError || v["error"] != "session not created" || !strings.Contains(msg, tc.msg) {
+				t.Fatalf("answered %d %v %q, want 500 session not created containing %q", resp.StatusCode, v["error"], msg, tc.msg)
+			}
+			if fx.sess.Len() != 0 || fx.q.Stats().InUse != 0 || l.liveCount() != 0 {
+				t.Fatalf("leak: sessions %d, slots %d, drivers %d", fx.sess.Len(), fx.q.Stats().InUse, l.liveCount())
+			}
+		})
+	}
+}
+
 // A driver whose DELETE answer breaks off, is garbage or is too large: the client
 // still gets 200, and the session, its slot and its driver are gone.
 func TestDeleteAgainstHostileDriver(t *testing.T) {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/websummoner/websummoner/internal/capacity"
 	"github.com/websummoner/websummoner/internal/config"
+	"github.com/websummoner/websummoner/internal/hangup"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/queue"
@@ -168,6 +169,7 @@ type Hub struct {
 	client    *http.Client
 	router    *mux.Router
 	m         *metrics
+	hangups   hangup.Watcher // clients of detached waiting requests
 
 	started  time.Time
 	requests atomic.Uint64

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -66,10 +65,10 @@ func (h *Hub) deleteSession(w http.ResponseWriter, r *http.Request) {
 			h.sessions.End(s.ID, session.ReasonDeleted)
 		}
 	}()
-	status, ctype, body := h.forwardDelete(r, s)
+	status, body := h.forwardDelete(r, s)
 	if status != http.StatusOK || !json.Valid(body) {
 		// The driver failed to quit cleanly; the browser is stopped anyway.
-		status, ctype, body = http.StatusOK, "application/json; charset=utf-8", []byte(`{"value":null}`)
+		status, body = http.StatusOK, []byte(`{"value":null}`)
 	}
 	h.sessions.Done(s)
 	ended = true
@@ -86,7 +85,7 @@ func (h *Hub) deleteSession(w http.ResponseWriter, r *http.Request) {
 	if h.wire != nil {
 		h.wire.closeIdle(s.URL().Host) // the driver is going; so are its connections
 	}
-	w.Header().Set("Content-Type", ctype)
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
@@ -94,26 +93,19 @@ func (h *Hub) deleteSession(w http.ResponseWriter, r *http.Request) {
 // forwardDelete sends DELETE /session/{id} to the driver, within
 // -session-delete-timeout even if the client leaves, and reads a bounded answer.
 // Any failure (no answer, a body that breaks off or is too large) is status 0.
-func (h *Hub) forwardDelete(r *http.Request, s *session.Session) (status int, ctype string, body []byte) {
+func (h *Hub) forwardDelete(r *http.Request, s *session.Session) (status int, body []byte) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.opts.SessionDeleteTimeout)
 	defer cancel()
-	u := s.URL().JoinPath("session", s.ID)
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, u.String(), nil)
-	if err != nil {
-		return 0, "", nil
-	}
-	resp, err := h.client.Do(req)
-	if err != nil {
-		logtag.Event(h.log, slog.LevelWarn, s.ID, "PROXY_ERROR", "DELETE", err.Error())
-		return 0, "", nil
-	}
-	defer resp.Body.Close()
-	body, err = io.ReadAll(io.LimitReader(resp.Body, maxDeleteAnswer+1))
-	if err != nil || len(body) > maxDeleteAnswer {
+	status, body, err := h.driverCall(ctx, http.MethodDelete, s.URL().JoinPath("session", s.ID), nil, maxDeleteAnswer)
+	switch {
+	case errors.Is(err, errTooLarge), errors.Is(err, errAnswerBroken):
 		logtag.Event(h.log, slog.LevelWarn, s.ID, "PROXY_ERROR", "DELETE", fmt.Sprintf("the driver's answer broke off or exceeds %d bytes: %v", maxDeleteAnswer, err))
-		return 0, "", nil
+		return 0, nil
+	case err != nil:
+		logtag.Event(h.log, slog.LevelWarn, s.ID, "PROXY_ERROR", "DELETE", err.Error())
+		return 0, nil
 	}
-	return resp.StatusCode, resp.Header.Get("Content-Type"), body
+	return status, body
 }
 
 // begin looks up the request's session and holds its idle timer (release with

@@ -23,6 +23,9 @@ func TestWaiterMemory(t *testing.T) {
 		t.Skip("make bench and make bench-short run it (WEBSUMMONER_BENCH=1)")
 	}
 	const n = 2000
+	if os.Getenv("WEBSUMMONER_HEAPPROFILE") != "" {
+		runtime.MemProfileRate = 1 // every allocation, so the profile adds up per waiter
+	}
 	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
 	// The hub behind the server it runs behind in production (body deadlines,
 	// connection tracking), not httptest's bare one.
@@ -39,14 +42,14 @@ func TestWaiterMemory(t *testing.T) {
 	addr := ln.Addr().String()
 	_, body := f.do("POST", "/session", w3cChrome)
 	held := body["value"].(map[string]any)["sessionId"].(string)
-	measure := func() uint64 {
+	measure := func() (heap, stack uint64) {
 		runtime.GC()
 		runtime.GC()
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
-		return m.HeapInuse + m.StackInuse
+		return m.HeapInuse, m.StackInuse
 	}
-	before := measure()
+	heap0, stack0 := measure()
 	conns := make([]net.Conn, 0, n)
 	for range n {
 		conns = append(conns, rawPost(t, addr))
@@ -54,14 +57,15 @@ func TestWaiterMemory(t *testing.T) {
 	for f.q.Stats().Waiting < n {
 		time.Sleep(10 * time.Millisecond) // the server reads them in its own time
 	}
-	peak := measure()
+	heap1, stack1 := measure()
 	if path := os.Getenv("WEBSUMMONER_HEAPPROFILE"); path != "" {
 		out, _ := os.Create(path)
 		pprof.WriteHeapProfile(out)
 		out.Close()
 	}
-	per := float64(peak-before) / n
-	fmt.Printf("waiters %d: Go heap+stacks %.1f KiB per waiter (this test's client side included: its conns); goroutines %d\n", n, per/1024, runtime.NumGoroutine())
+	heap, stack := (float64(heap1)-float64(heap0))/n, (float64(stack1)-float64(stack0))/n
+	fmt.Printf("waiters %d: Go heap+stacks %.1f KiB per waiter (heap %.1f, stacks %.1f; this test's client side included: its conns); goroutines %d\n",
+		n, (heap+stack)/1024, heap/1024, stack/1024, runtime.NumGoroutine())
 	for _, c := range conns {
 		c.Close()
 	}

@@ -3,6 +3,7 @@ package hub
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/textproto"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -253,6 +255,12 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 		_, err = tp.ReadMIMEHeader() // the trailer section, ended by an empty line
 	}
 	if err != nil || (length >= 0 && n != length) {
+		if cw, ok := w.(*captured); ok {
+			if cw.err != nil {
+				return cw.err
+			}
+			return fmt.Errorf("%w: %w", errWireRead, cmp.Or(err, io.ErrUnexpectedEOF))
+		}
 		if ctx.Err() != nil {
 			return nil // the client left; nothing more to tell it
 		}
@@ -260,4 +268,59 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 	}
 	keep = !closeAfter
 	return nil
+}
+
+// captured is the ResponseWriter of a call the hub makes for itself (the
+// new-session call, DELETE): it keeps the answer, up to limit bytes.
+type captured struct {
+	header http.Header
+	status int
+	body   []byte
+	limit  int
+	err    error
+}
+
+// errWireRead is an answer to a captured call that broke off after its
+// status line.
+var errWireRead = errors.New("reading the driver's answer")
+
+// errTooLarge is an answer over the caller's limit.
+var errTooLarge = errors.New("the answer exceeds its limit")
+
+func (c *captured) Header() http.Header { return c.header }
+func (c *captured) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+}
+func (c *captured) Write(p []byte) (int, error) {
+	c.WriteHeader(http.StatusOK)
+	if len(c.body)+len(p) > c.limit {
+		c.err = errTooLarge
+		return 0, c.err
+	}
+	c.body = append(c.body, p...)
+	return len(p), nil
+}
+
+// call sends one request of the hub's own to a driver at u (http only) and
+// returns the answer, read whole up to limit bytes. Like a command it shares
+// the idle connections: a session's new-session call leaves the connection
+// its first command takes, and DELETE takes one its commands left.
+func (wr *wire) call(ctx context.Context, method string, u *url.URL, hdr http.Header, body []byte, limit int) (*captured, error) {
+	if u.Scheme != "http" {
+		return nil, fmt.Errorf("the hub's driver client speaks http, not %q", u.Scheme)
+	}
+	uri := u.EscapedPath()
+	if uri == "" {
+		uri = "/"
+	}
+	if u.RawQuery != "" {
+		uri += "?" + u.RawQuery
+	}
+	c := &captured{header: http.Header{}, limit: limit}
+	if err := wr.do(ctx, c, method, u.Host, uri, hdr, body); err != nil {
+		return nil, err
+	}
+	return c, nil
 }

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package hangup
+
+import "net"
+
+type instance struct{}
+
+func (w *Watcher) watch(net.Conn, func()) (func(), bool) { return nil, false }
