@@ -182,7 +182,11 @@ func TestRunReloadAndShutdown(t *testing.T) {
 
 	resp, err := http.Post(base+"/session", "application/json", strings.NewReader(`{"capabilities":{"alwaysMatch":{"browserName":"stub"}}}`))
 	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("create: %v %v", err, resp)
+		var body []byte
+		if resp != nil {
+			body, _ = io.ReadAll(resp.Body)
+		}
+		t.Fatalf("create: %v %v %s", err, resp, body)
 	}
 	resp.Body.Close()
 

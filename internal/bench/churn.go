@@ -82,13 +82,27 @@ func churnSession(ctx context.Context, w wd, base string, k int, s time.Time, fa
 }
 
 // floorChurn is the floor the hub is measured against: the load tool does the
-// hub's whole job itself, with the same concurrency — spawn the stub on a free
-// port, wait for /status, create a session, run k commands, DELETE, stop the
-// stub with SIGINT and reap it.
+// hub's whole job itself, with the same concurrency and the same -limit —
+// take one of c slots, spawn the stub on a free port, wait for /status, create
+// a session, run k commands, DELETE, then stop the stub with SIGINT and reap
+// it while the slot is still held, as the hub does after answering DELETE.
+// A create is timed from asking for the slot, as a hub's client times it: a
+// stub still being reaped delays the next create in both.
 func (e *Env) floorChurn(ctx context.Context, c, k int, d time.Duration) churnRun {
 	ready := &http.Client{Timeout: time.Second}
+	slots := make(chan struct{}, c)
+	var reaping sync.WaitGroup
+	defer reaping.Wait()
 	return churnLoop(ctx, c, d, func(w wd, fail func(string)) (time.Duration, time.Duration, bool) {
 		s := time.Now()
+		slots <- struct{}{}
+		held := true
+		release := func() { <-slots }
+		defer func() {
+			if held {
+				release()
+			}
+		}()
 		port, err := freePort()
 		if err != nil {
 			fail("port " + err.Error())
@@ -102,10 +116,12 @@ func (e *Env) floorChurn(ctx context.Context, c, k int, d time.Duration) churnRu
 		}
 		exited := make(chan struct{})
 		go func() { cmd.Wait(); close(exited) }()
-		defer func() {
+		held = false
+		stop := func() {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)
 			<-exited
-		}()
+			release()
+		}
 		base := "http://127.0.0.1:" + strconv.Itoa(port)
 		// As the hub does: poll from 1 ms with backoff; a stub that exits (it
 		// lost its port) is started again on another.
@@ -115,15 +131,19 @@ func (e *Env) floorChurn(ctx context.Context, c, k int, d time.Duration) churnRu
 				break
 			}
 			if time.Now().After(give) {
+				stop()
 				return 0, 0, false
 			}
 			select {
 			case <-exited:
+				stop()
 				return 0, 0, false
 			case <-time.After(wait):
 			}
 		}
-		return churnSession(ctx, w, base, k, s, fail)
+		create, del, ok := churnSession(ctx, w, base, k, s, fail)
+		reaping.Go(stop) // after the answer, holding the slot
+		return create, del, ok
 	})
 }
 

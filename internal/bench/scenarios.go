@@ -57,11 +57,12 @@ func loop(targets []string, d time.Duration, max int) ([]time.Duration, time.Dur
 }
 
 // Proxy measures a command loop straight to one stub driver (the floor) and the
-// same loop through the hub, at each concurrency, in the same run.
+// same loop through the hub, at each concurrency, in the same run: the two take
+// turns in rounds.
 func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
-	d, maxCmds := 10*time.Second, 200000
+	d, maxCmds, rounds := 10*time.Second, 200000, 5
 	if e.Short {
-		d, maxCmds = time.Second, 5000
+		d, maxCmds, rounds = time.Second, 5000, 1
 	}
 	hub, err := e.startHub(ctx, e.stubBrowsers(), "-limit", "64")
 	if err != nil {
@@ -105,25 +106,38 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 			}
 			return t
 		}
-		self0, stub0 := cpuSeconds(os.Getpid()), stubCPU()
-		dl, de, err := loop(direct, d, maxCmds)
-		selfD, stubD := cpuSeconds(os.Getpid())-self0, stubCPU()-stub0
-		for _, s := range stubs {
-			s.stop()
-		}
-		if err != nil {
-			return nil, err
-		}
 		hubIDs := make([]string, len(viaHub))
 		for i, id := range viaHub {
 			hubIDs[i] = hub.url + "/wd/hub\x00" + id
 		}
 		hubStubs := hubDrivers(hub.pid())
-		self0, hub0, stub0 := cpuSeconds(os.Getpid()), cpuSeconds(hub.pid()), sumCPU(hubStubs)
-		hl, he, err := loop(hubIDs, d, maxCmds)
-		selfH, hubH, stubH := cpuSeconds(os.Getpid())-self0, cpuSeconds(hub.pid())-hub0, sumCPU(hubStubs)-stub0
-		if err != nil {
-			return nil, err
+		// Direct and through the hub take turns, rounds times each, so that
+		// whatever else the machine does in the window weighs on both alike.
+		var (
+			dl, hl                           []time.Duration
+			de, he                           time.Duration
+			selfD, stubD, selfH, hubH, stubH float64
+		)
+		for range rounds {
+			self0, stub0 := cpuSeconds(os.Getpid()), stubCPU()
+			l, el, err := loop(direct, d/time.Duration(rounds), maxCmds/rounds)
+			selfD, stubD = selfD+cpuSeconds(os.Getpid())-self0, stubD+stubCPU()-stub0
+			if err != nil {
+				return nil, err
+			}
+			dl, de = append(dl, l...), de+el
+			self0, hub0, stub0 := cpuSeconds(os.Getpid()), cpuSeconds(hub.pid()), sumCPU(hubStubs)
+			l, el, err = loop(hubIDs, d/time.Duration(rounds), maxCmds/rounds)
+			selfH, hubH, stubH = selfH+cpuSeconds(os.Getpid())-self0, hubH+cpuSeconds(hub.pid())-hub0, stubH+sumCPU(hubStubs)-stub0
+			if err != nil {
+				return nil, err
+			}
+			hl, he = append(hl, l...), he+el
+		}
+		sortDurations(dl)
+		sortDurations(hl)
+		for _, s := range stubs {
+			s.stop()
 		}
 		us := func(sec float64, n int) string { return fmt.Sprintf("%.0f", sec/float64(max(n, 1))*1e6) }
 		r.Notes = append(r.Notes, fmt.Sprintf("%d sessions, CPU µs per command (clients / drivers / hub): direct %s / %s, via the hub %s / %s / %s",
@@ -302,7 +316,14 @@ func (e *Env) Waiters(ctx context.Context, l, m, handoffs int) (*Result, error) 
 		t0 := time.Now()
 		ctl.remove(hub.url+"/wd/hub", id)
 		freed := time.Now()
-		a := <-served
+		var a arrival
+		select {
+		case a = <-served:
+		case <-hub.done:
+			return nil, fmt.Errorf("the hub exited while %d requests waited: %s", m, hub.failures())
+		case <-time.After(time.Minute):
+			return nil, fmt.Errorf("no waiter was served within a minute of a freed slot: %s", hub.failures())
+		}
 		_ = t0
 		hand = append(hand, a.at.Sub(freed))
 		held = append(held, a.id)

@@ -14,6 +14,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -312,8 +313,8 @@ func (wr *wire) call(ctx context.Context, method string, u *url.URL, hdr http.He
 		return nil, fmt.Errorf("the hub's driver client speaks http, not %q", u.Scheme)
 	}
 	uri := u.EscapedPath()
-	if uri == "" {
-		uri = "/"
+	if !strings.HasPrefix(uri, "/") {
+		uri = "/" + uri // JoinPath on a URL without a path leaves it relative
 	}
 	if u.RawQuery != "" {
 		uri += "?" + u.RawQuery

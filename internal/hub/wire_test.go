@@ -3,10 +3,13 @@ package hub
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"sync/atomic"
 	"testing"
 )
@@ -128,5 +131,56 @@ func TestWireStaleConnection(t *testing.T) {
 	}
 	if n := conns.Load(); n != 2 {
 		t.Fatalf("%d connections, want 2", n)
+	}
+}
+
+// The hub's own calls (new session, DELETE) over the wire: a driver URL
+// without a path still yields an absolute request path, the answer is read
+// whole up to its limit, and the connection is left for the next request.
+func TestWireCall(t *testing.T) {
+	var conns atomic.Int32
+	var paths []string
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		paths = append(paths, r.Method+" "+r.URL.Path)
+		switch r.URL.Path {
+		case "/big":
+			w.Write(make([]byte, 2048))
+		case "/broken":
+			w.Header().Set("Content-Length", "100")
+			w.Write([]byte("{"))
+		default:
+			w.Write([]byte(`{"value":{"sessionId":"s"}}`))
+		}
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	base, _ := url.Parse(srv.URL) // no path, as a driver's endpoint may be
+	wr := newWire()
+	c, err := wr.call(context.Background(), http.MethodPost, base.JoinPath("session"), http.Header{}, []byte(`{}`), 1024)
+	if err != nil || c.status != 200 || string(c.body) != `{"value":{"sessionId":"s"}}` {
+		t.Fatalf("call: %v %+v", err, c)
+	}
+	if _, err := wr.call(context.Background(), http.MethodDelete, base.JoinPath("session", "s"), http.Header{}, nil, 1024); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"POST /session", "DELETE /session/s"}; !slices.Equal(paths, want) {
+		t.Fatalf("the driver saw %q, want %q", paths, want)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections for two calls, want 1: the call's connection is kept for the next", n)
+	}
+	if _, err := wr.call(context.Background(), http.MethodGet, base.JoinPath("big"), http.Header{}, nil, 1024); !errors.Is(err, errTooLarge) {
+		t.Fatalf("an answer over the limit: %v, want errTooLarge", err)
+	}
+	if _, err := wr.call(context.Background(), http.MethodGet, base.JoinPath("broken"), http.Header{}, nil, 1024); !errors.Is(err, errWireRead) {
+		t.Fatalf("an answer that broke off: %v, want errWireRead", err)
+	}
+	if _, err := wr.call(context.Background(), http.MethodGet, &url.URL{Scheme: "https", Host: base.Host}, http.Header{}, nil, 1024); err == nil {
+		t.Fatal("an https driver URL was called over the plain-HTTP wire")
 	}
 }
