@@ -22,7 +22,7 @@ func main() {
 	soakFor := flag.Duration("soak", 60*time.Minute, "how long the soak scenario runs (full mode; 2m with -short)")
 	out := flag.String("out", "", "write the JSON results and SVG charts to this directory")
 	churnFor := flag.Duration("churn", time.Minute, "how long each churn run lasts (full mode): the floor, the hub, and at 4 clients the hub beside 2,000 sleeping processes")
-	waiters := flag.Int("waiters", 10000, "waiting requests in the waiters scenario (full mode)")
+	waiters := flag.Int("waiters", 10000, "waiting requests in the waiters scenario (full mode; also run at 1,000 for the hand-off's flatness; 15000 is the moonshot row)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -85,7 +85,21 @@ func run(ctx context.Context, short bool, only, out string, churnFor time.Durati
 		if short {
 			m, handoffs = 200, 20
 		}
-		if err := keep(env.Waiters(ctx, 1, m, handoffs)); err != nil {
+		// The hand-off must not grow with the queue: at full size, first the
+		// same at 1,000 waiters, for the flatness target.
+		var small *bench.Result
+		if !short && m > 1000 {
+			r, err := env.Waiters(ctx, 1, 1000, handoffs)
+			if err := keep(r, err); err != nil {
+				return err
+			}
+			small = r
+		}
+		r, err := env.Waiters(ctx, 1, m, handoffs)
+		if r != nil && small != nil {
+			r.HandOffFlat(small)
+		}
+		if err := keep(r, err); err != nil {
 			return err
 		}
 	}

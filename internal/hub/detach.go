@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -30,28 +31,13 @@ import (
 var errDetached = errors.New("detached to wait in the queue")
 
 // detachedWriter is the ResponseWriter of a detached request: it keeps the one
-// answer a creation writes and sends it as an HTTP/1.1 response.
+// answer a creation writes (as a captured call does) and sends it as an
+// HTTP/1.1 response.
 type detachedWriter struct {
-	conn   net.Conn
-	stop   func() // ends the hang-up watch
-	header http.Header
-	status int
-	body   []byte
-	done   atomic.Bool
-}
-
-func (d *detachedWriter) Header() http.Header { return d.header }
-
-func (d *detachedWriter) WriteHeader(code int) {
-	if d.status == 0 {
-		d.status = code
-	}
-}
-
-func (d *detachedWriter) Write(p []byte) (int, error) {
-	d.WriteHeader(http.StatusOK)
-	d.body = append(d.body, p...)
-	return len(p), nil
+	captured
+	conn net.Conn
+	stop func() // ends the hang-up watch
+	done atomic.Bool
 }
 
 // finish sends the answer (none to a client that left) and closes the
@@ -83,7 +69,7 @@ func (h *Hub) detach(c *creation) bool {
 		return false
 	}
 	_ = conn.SetDeadline(time.Time{})
-	d := &detachedWriter{conn: conn, header: http.Header{}}
+	d := &detachedWriter{captured: captured{header: http.Header{}, limit: math.MaxInt}, conn: conn}
 	c.w, c.r = d, nil
 	c.unhook()     // the handler's end no longer ends the creation
 	c.unhook = nil // nor does its link hold the server's contexts

@@ -272,7 +272,8 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 }
 
 // captured is the ResponseWriter of a call the hub makes for itself (the
-// new-session call, DELETE): it keeps the answer, up to limit bytes.
+// new-session call, DELETE), and of a detached request's answer: it keeps the
+// answer, up to limit bytes.
 type captured struct {
 	header http.Header
 	status int
