@@ -53,6 +53,7 @@ bench:
 	WEBSUMMONER_BENCH=1 $(GO) test -count=1 -run '^(TestProxyOverheadTargets|TestWaiterMemory)$$' -v ./internal/hub | tee docs/bench/proxy-inproc.txt
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/... | tee docs/bench/go-bench.txt
 	$(GO) run ./cmd/wsbench -out docs/bench | tee docs/bench/wsbench.txt
+	$(GO) run ./cmd/wsbench -scenario waiters -waiters 15000 | tee docs/bench/wsbench-waiters-15k.txt
 	WEBSUMMONER_VIDEO_COST=20 WEBSUMMONER_VIDEO_COST_OUT=$(CURDIR)/docs/bench/video-cost.txt $(GO) test -count=1 -v -run '^TestVideoCost$$' ./e2e
 
 # Every fuzz target for FUZZTIME each (their seed corpora run in make test).
