@@ -270,6 +270,11 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	if p.sessions, err = session.New(c.sessions, p.log, reg); err != nil {
 		return nil, err
 	}
+	// One client to drivers for the launchers' readiness polls and the hub's
+	// calls and commands: a driver's connections are one pool.
+	drivers := hub.NewDriverClient()
+	c.hub.DriverClient = drivers
+	c.process.ReadyTransport, c.docker.ReadyTransport = drivers, drivers
 	p.procs = process.New(c.process, p.log)
 	launchers := hub.Launchers{Process: p.procs}
 	if !c.disableDocker {

@@ -76,9 +76,15 @@ type Options struct {
 	// authentication; every client may drive every session.
 	Auth Authenticator
 	// Transport carries every request to a driver: new-session calls and proxied
-	// commands. Nil: one transport tuned for many drivers with a few live
-	// connections each. Tests give an in-memory one to run in fake time.
+	// commands. Nil: the hub's own HTTP/1.1 client to drivers (DriverClient)
+	// for commands, the new-session call and DELETE, and a Transport for the
+	// rest (large uploads, side channels). Tests give an in-memory one to run
+	// in fake time.
 	Transport http.RoundTripper
+	// DriverClient is the hub's own client to drivers, when the launchers
+	// share it (launcher.Options.ReadyTransport). Nil: a client of the hub's
+	// own. Ignored when Transport is set.
+	DriverClient *DriverClient
 }
 
 // Authenticator says who sent a request (internal/auth implements it).
@@ -196,6 +202,9 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 	// capabilities somewhere else.
 	if ownWire {
 		h.wire = newWire()
+		if opts.DriverClient != nil {
+			h.wire = opts.DriverClient.w
+		}
 	}
 	h.client = &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	h.proxy = &httputil.ReverseProxy{

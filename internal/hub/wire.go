@@ -271,6 +271,38 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 	return nil
 }
 
+// DriverClient is the hub's HTTP/1.1 client to drivers, shareable with the
+// launchers for their readiness polls (an http.RoundTripper for GET and HEAD
+// without a body): a driver's connections are then one pool, and the poll that
+// finds a driver ready leaves its connection to the new-session call, which
+// leaves it to the session's commands. The zero value is not usable; call
+// NewDriverClient.
+type DriverClient struct{ w *wire }
+
+// NewDriverClient returns a client with an empty connection pool.
+func NewDriverClient() *DriverClient { return &DriverClient{w: newWire()} }
+
+// maxProbeAnswer bounds what a RoundTrip reads of an answer: a driver's
+// /status is small.
+const maxProbeAnswer = 1 << 20
+
+// RoundTrip sends a GET or HEAD without a body. It follows no redirect and
+// reads the answer whole (up to 1 MiB) before returning it.
+func (d *DriverClient) RoundTrip(req *http.Request) (*http.Response, error) {
+	if (req.Method != http.MethodGet && req.Method != http.MethodHead) || (req.Body != nil && req.Body != http.NoBody) {
+		return nil, fmt.Errorf("the hub's driver client round-trips GET and HEAD without a body, not %s", req.Method)
+	}
+	c, err := d.w.call(req.Context(), req.Method, req.URL, req.Header, nil, maxProbeAnswer)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Response{
+		Status: fmt.Sprintf("%d %s", c.status, http.StatusText(c.status)), StatusCode: c.status,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: c.header,
+		Body: io.NopCloser(bytes.NewReader(c.body)), ContentLength: int64(len(c.body)), Request: req,
+	}, nil
+}
+
 // captured is the ResponseWriter of a call the hub makes for itself (the
 // new-session call, DELETE), and of a detached request's answer: it keeps the
 // answer, up to limit bytes.

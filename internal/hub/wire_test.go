@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
@@ -182,5 +183,48 @@ func TestWireCall(t *testing.T) {
 	}
 	if _, err := wr.call(context.Background(), http.MethodGet, &url.URL{Scheme: "https", Host: base.Host}, http.Header{}, nil, 1024); err == nil {
 		t.Fatal("an https driver URL was called over the plain-HTTP wire")
+	}
+}
+
+// The launchers' readiness polls over the hub's client: any answer counts, a
+// body is refused, and the poll's connection is the one the new-session call
+// then takes.
+func TestDriverClientShared(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/status" {
+			w.Header().Set("X-Ready", "yes")
+			w.Write([]byte(`{"value":{"ready":true}}`))
+			return
+		}
+		w.Write([]byte(`{"value":{"sessionId":"s"}}`))
+	}))
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	dc := NewDriverClient()
+	probe := &http.Client{Transport: dc}
+	resp, err := probe.Get(srv.URL + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != `{"value":{"ready":true}}` || resp.Header.Get("X-Ready") != "yes" {
+		t.Fatalf("poll: %d %q %v", resp.StatusCode, body, resp.Header)
+	}
+	if _, err := probe.Post(srv.URL+"/session", "application/json", strings.NewReader("{}")); err == nil {
+		t.Fatal("a POST went through the readiness transport")
+	}
+	base, _ := url.Parse(srv.URL)
+	if _, err := dc.w.call(context.Background(), http.MethodPost, base.JoinPath("session"), http.Header{}, []byte(`{}`), 1024); err != nil {
+		t.Fatal(err)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("%d connections for a poll and a new-session call, want 1", n)
 	}
 }

@@ -148,6 +148,11 @@ type Options struct {
 	LogDir string
 	// SaveAllLogs is -save-all-logs: keep every session's log, asked or not.
 	SaveAllLogs bool
+	// ReadyTransport carries the readiness polls of a driver's /status. Nil: a
+	// new connection per poll, closed after it. The hub passes its own client
+	// to drivers, so that the poll that finds a driver ready leaves its
+	// connection to the new-session call.
+	ReadyTransport http.RoundTripper
 }
 
 // KeepLog says whether a session's output goes to a file.
@@ -226,11 +231,18 @@ func Env(r Request) []string {
 	return out
 }
 
-// ReadyClient is the HTTP client a launcher polls a driver's /status with: no
-// connection kept (each poll may hit a driver that is not listening yet), and a
-// short bound per poll so one stuck poll cannot eat the start-up budget.
-func ReadyClient() *http.Client {
-	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Second}
+// ReadyClient is the HTTP client a launcher polls a driver's /status with:
+// over ReadyTransport, or else with no connection kept (each poll may hit a
+// driver that is not listening yet); a short bound per poll so one stuck poll
+// cannot eat the start-up budget. Redirects are not followed: any answer
+// means the driver listens.
+func (o Options) ReadyClient() *http.Client {
+	rt := o.ReadyTransport
+	if rt == nil {
+		rt = &http.Transport{DisableKeepAlives: true}
+	}
+	return &http.Client{Transport: rt, Timeout: 2 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 // ErrExited is returned by WaitReady when the instance exits before answering.

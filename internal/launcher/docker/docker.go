@@ -142,7 +142,7 @@ func New(opts Options, engine Engine, logger *slog.Logger, reg prometheus.Regist
 	}
 	l := &Launcher{
 		opts: opts, engine: engine, log: logger,
-		client:    launcher.ReadyClient(),
+		client:    opts.ReadyClient(),
 		live:      map[string]*instance{},
 		recorders: map[string]*instance{},
 		creating:  map[string]bool{},

@@ -80,7 +80,7 @@ func New(opts Options, logger *slog.Logger) *Launcher {
 	return &Launcher{
 		opts:   opts,
 		log:    logger,
-		client: launcher.ReadyClient(),
+		client: opts.ReadyClient(),
 		ports:  map[int]bool{},
 	}
 }
