@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/websummoner/websummoner/internal/config"
@@ -245,22 +246,39 @@ func (o Options) ReadyClient() *http.Client {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
+// errRefused is a poll a refused connect answered.
+var errRefused = errors.New("connection refused")
+
 // ErrExited is returned by WaitReady when the instance exits before answering.
 var ErrExited = errors.New("driver exited before it answered")
 
 // WaitReady polls base+"/status" until the driver answers with any HTTP response,
 // the instance exits (ErrExited), or ctx ends. The first poll is at once and the
 // backoff starts at 1ms, doubling up to 50ms: a driver that listens in 5ms is
-// found in about 5ms, not after a fixed sleep.
+// found in about 5ms, not after a fixed sleep. On loopback a refused connect
+// stands in for a poll while the driver does not listen yet; once something
+// accepts without answering (Docker's port proxy), every round is a poll.
 func WaitReady(ctx context.Context, client *http.Client, base *url.URL, exited <-chan struct{}) error {
 	status := base.JoinPath("status").String()
 	delay := time.Millisecond
+	precheck := true
 	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, status, nil)
-		if err != nil {
-			return err
+		var (
+			resp *http.Response
+			err  = errRefused // not listening yet: no HTTP poll needed to know
+		)
+		if !precheck || !refused(base.Host) {
+			req, rerr := http.NewRequestWithContext(ctx, http.MethodGet, status, nil)
+			if rerr != nil {
+				return rerr
+			}
+			// A connection accepted and a poll failed: something listens for
+			// the driver (Docker's port proxy does, before the container's
+			// driver does); only the poll tells from here on.
+			if resp, err = client.Do(req); err != nil && !errors.Is(err, syscall.ECONNREFUSED) {
+				precheck = false
+			}
 		}
-		resp, err := client.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			select {
