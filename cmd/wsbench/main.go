@@ -21,7 +21,7 @@ func main() {
 	only := flag.String("scenario", "all", "proxy, churn, waiters, jam, stampede, soak, or all (comma-separated)")
 	soakFor := flag.Duration("soak", 60*time.Minute, "how long the soak scenario runs (full mode; 2m with -short)")
 	out := flag.String("out", "", "write the JSON results and SVG charts to this directory")
-	churnFor := flag.Duration("churn", time.Minute, "how long each churn run lasts (full mode): the floor, the hub, and at 4 clients the hub beside 2,000 sleeping processes")
+	churnFor := flag.Duration("churn", time.Minute, "how long each churn run lasts (full mode): the floor and the hub (in four alternating turns), and at 4 clients the hub beside 2,000 sleeping processes")
 	waiters := flag.Int("waiters", 10000, "waiting requests in the waiters scenario (full mode; also run at 1,000 for the hand-off's flatness; 15000 is the moonshot row)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)

@@ -28,6 +28,25 @@ type churnRun struct {
 
 func (c churnRun) perSecond() float64 { return float64(c.sessions) / c.elapsed.Seconds() }
 
+// add is c and another turn of the same run.
+func (c churnRun) add(o churnRun) churnRun {
+	c.sessions += o.sessions
+	c.elapsed += o.elapsed
+	c.creates = append(c.creates, o.creates...)
+	c.deletes = append(c.deletes, o.deletes...)
+	if c.errs == nil {
+		c.errs = map[string]int{}
+	}
+	for k, v := range o.errs {
+		c.errs[k] += v
+	}
+	c.cpuSeconds += o.cpuSeconds
+	c.rssEnd = o.rssEnd
+	sortDurations(c.creates)
+	sortDurations(c.deletes)
+	return c
+}
+
 // churnLoop runs c clients, each repeating one until d has passed, and gathers
 // what one measured: a session's creation and DELETE times, or a failure.
 func churnLoop(ctx context.Context, c int, d time.Duration, one func(w wd, fail func(string)) (create, del time.Duration, ok bool)) churnRun {
