@@ -135,11 +135,23 @@ func TestWireStaleConnection(t *testing.T) {
 	}
 }
 
+// countConns starts srv, counting the connections it accepts.
+func countConns(t *testing.T, srv *httptest.Server) *atomic.Int32 {
+	var n atomic.Int32
+	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		if st == http.StateNew {
+			n.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return &n
+}
+
 // The hub's own calls (new session, DELETE) over the wire: a driver URL
 // without a path still yields an absolute request path, the answer is read
 // whole up to its limit, and the connection is left for the next request.
 func TestWireCall(t *testing.T) {
-	var conns atomic.Int32
 	var paths []string
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		paths = append(paths, r.Method+" "+r.URL.Path)
@@ -153,13 +165,7 @@ func TestWireCall(t *testing.T) {
 			w.Write([]byte(`{"value":{"sessionId":"s"}}`))
 		}
 	}))
-	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	srv.Start()
-	defer srv.Close()
+	conns := countConns(t, srv)
 	base, _ := url.Parse(srv.URL) // no path, as a driver's endpoint may be
 	wr := newWire()
 	c, err := wr.call(context.Background(), http.MethodPost, base.JoinPath("session"), http.Header{}, []byte(`{}`), 1024)
@@ -190,7 +196,6 @@ func TestWireCall(t *testing.T) {
 // body is refused, and the poll's connection is the one the new-session call
 // then takes.
 func TestDriverClientShared(t *testing.T) {
-	var conns atomic.Int32
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/status" {
 			w.Header().Set("X-Ready", "yes")
@@ -199,13 +204,7 @@ func TestDriverClientShared(t *testing.T) {
 		}
 		w.Write([]byte(`{"value":{"sessionId":"s"}}`))
 	}))
-	srv.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-		if st == http.StateNew {
-			conns.Add(1)
-		}
-	}
-	srv.Start()
-	defer srv.Close()
+	conns := countConns(t, srv)
 	dc := NewDriverClient()
 	probe := &http.Client{Transport: dc}
 	resp, err := probe.Get(srv.URL + "/status")
