@@ -3,12 +3,14 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net/http"
+	"net/url"
 	"os/exec"
 	"strconv"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/websummoner/websummoner/internal/launcher"
 )
 
 // stubDeleteDelay is the stub's DELETE time in the churn scenarios: a real
@@ -108,7 +110,7 @@ func churnSession(ctx context.Context, w wd, base string, k int, s time.Time, fa
 // A create is timed from asking for the slot, as a hub's client times it: a
 // stub still being reaped delays the next create in both.
 func (e *Env) floorChurn(ctx context.Context, c, k int, d time.Duration) churnRun {
-	ready := &http.Client{Timeout: time.Second}
+	ready := launcher.Options{}.ReadyClient()
 	slots := make(chan struct{}, c)
 	var reaping sync.WaitGroup
 	defer reaping.Wait()
@@ -142,23 +144,16 @@ func (e *Env) floorChurn(ctx context.Context, c, k int, d time.Duration) churnRu
 			release()
 		}
 		base := "http://127.0.0.1:" + strconv.Itoa(port)
-		// As the hub does: poll from 1 ms with backoff; a stub that exits (it
-		// lost its port) is started again on another.
-		for wait, give := time.Millisecond, time.Now().Add(10*time.Second); ; wait = min(2*wait, 50*time.Millisecond) {
-			if resp, err := ready.Get(base + "/status"); err == nil {
-				resp.Body.Close()
-				break
-			}
-			if time.Now().After(give) {
-				stop()
-				return 0, 0, false
-			}
-			select {
-			case <-exited:
-				stop()
-				return 0, 0, false
-			case <-time.After(wait):
-			}
+		// As the hub does, with the hub's own code: a refused connect every
+		// millisecond at first, then HTTP polls with backoff; a stub that
+		// exits (it lost its port) counts as a failed start.
+		u, _ := url.Parse(base)
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = launcher.WaitReady(rctx, ready, u, exited)
+		cancel()
+		if err != nil {
+			stop()
+			return 0, 0, false
 		}
 		create, del, ok := churnSession(ctx, w, base, k, s, fail)
 		reaping.Go(stop) // after the answer, holding the slot

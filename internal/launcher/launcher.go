@@ -256,12 +256,14 @@ var ErrExited = errors.New("driver exited before it answered")
 // the instance exits (ErrExited), or ctx ends. The first poll is at once and the
 // backoff starts at 1ms, doubling up to 50ms: a driver that listens in 5ms is
 // found in about 5ms, not after a fixed sleep. On loopback a refused connect
-// stands in for a poll while the driver does not listen yet; once something
-// accepts without answering (Docker's port proxy), every round is a poll.
+// stands in for a poll while the driver does not listen yet, every
+// millisecond for the first 100 ms; once something accepts without answering
+// (Docker's port proxy), every round is a poll.
 func WaitReady(ctx context.Context, client *http.Client, base *url.URL, exited <-chan struct{}) error {
 	status := base.JoinPath("status").String()
 	delay := time.Millisecond
 	precheck := true
+	t0 := time.Now()
 	for {
 		var (
 			resp *http.Response
@@ -299,6 +301,15 @@ func WaitReady(ctx context.Context, client *http.Client, base *url.URL, exited <
 			return ErrExited
 		case <-t.C:
 		}
+		if errors.Is(err, errRefused) && time.Since(t0) < refusedFor {
+			continue // a refused connect is cheap: look again in a millisecond
+		}
 		delay = min(2*delay, 50*time.Millisecond)
 	}
 }
+
+// refusedFor is how long WaitReady looks every millisecond while connects are
+// refused: a driver process listens within it (a Go stub in ~5 ms,
+// chromedriver in ~20), and the backoff's doubling would add up to as much
+// again to each start.
+const refusedFor = 100 * time.Millisecond
