@@ -403,9 +403,6 @@ func (h *Hub) newDriverSession(ctx context.Context, inst launcher.Instance, body
 	return ds, nil
 }
 
-// errAnswerBroken is a driver's answer that broke off after its status line.
-var errAnswerBroken = errors.New("the answer broke off")
-
 // driverCall makes a call of the hub's own to a driver (new session, DELETE):
 // over the wire when the hub has one, sharing the connections its commands
 // use, else over opts.Transport. It answers the status and the body, read
@@ -419,10 +416,7 @@ func (h *Hub) driverCall(ctx context.Context, method string, u *url.URL, body []
 	if h.wire != nil && u.Scheme == "http" {
 		c, err := h.wire.call(ctx, method, u, hdr, body, limit)
 		if err != nil {
-			if errors.Is(err, errTooLarge) || !errors.Is(err, errWireRead) {
-				return 0, nil, err
-			}
-			return 0, nil, fmt.Errorf("%w: %v", errAnswerBroken, err)
+			return 0, nil, err
 		}
 		return c.status, c.body, nil
 	}
@@ -442,7 +436,7 @@ func (h *Hub) driverCall(ctx context.Context, method string, u *url.URL, body []
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
 	if err != nil {
-		return 0, nil, fmt.Errorf("%w: %v", errAnswerBroken, err)
+		return 0, nil, fmt.Errorf("%w: %w", errAnswerBroken, err)
 	}
 	if len(data) > limit {
 		return 0, nil, errTooLarge

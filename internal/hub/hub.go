@@ -200,11 +200,12 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 	h := &Hub{opts: opts, log: logger, queue: q, conf: conf, launchers: ls, sessions: sessions, started: time.Now()}
 	// The new-session call must not follow a driver's redirects and re-post the
 	// capabilities somewhere else.
-	if ownWire {
+	switch {
+	case !ownWire:
+	case opts.DriverClient != nil:
+		h.wire = opts.DriverClient.w
+	default:
 		h.wire = newWire()
-		if opts.DriverClient != nil {
-			h.wire = opts.DriverClient.w
-		}
 	}
 	h.client = &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	h.proxy = &httputil.ReverseProxy{

@@ -260,7 +260,7 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 			if cw.err != nil {
 				return cw.err
 			}
-			return fmt.Errorf("%w: %w", errWireRead, cmp.Or(err, io.ErrUnexpectedEOF))
+			return fmt.Errorf("%w: %w", errAnswerBroken, cmp.Or(err, io.ErrUnexpectedEOF))
 		}
 		if ctx.Err() != nil {
 			return nil // the client left; nothing more to tell it
@@ -314,9 +314,9 @@ type captured struct {
 	err    error
 }
 
-// errWireRead is an answer to a captured call that broke off after its
-// status line.
-var errWireRead = errors.New("reading the driver's answer")
+// errAnswerBroken is an answer to a call of the hub's own that broke off
+// after its status line.
+var errAnswerBroken = errors.New("the driver's answer broke off")
 
 // errTooLarge is an answer over the caller's limit.
 var errTooLarge = errors.New("the answer exceeds its limit")

@@ -184,8 +184,8 @@ func TestWireCall(t *testing.T) {
 	if _, err := wr.call(context.Background(), http.MethodGet, base.JoinPath("big"), http.Header{}, nil, 1024); !errors.Is(err, errTooLarge) {
 		t.Fatalf("an answer over the limit: %v, want errTooLarge", err)
 	}
-	if _, err := wr.call(context.Background(), http.MethodGet, base.JoinPath("broken"), http.Header{}, nil, 1024); !errors.Is(err, errWireRead) {
-		t.Fatalf("an answer that broke off: %v, want errWireRead", err)
+	if _, err := wr.call(context.Background(), http.MethodGet, base.JoinPath("broken"), http.Header{}, nil, 1024); !errors.Is(err, errAnswerBroken) {
+		t.Fatalf("an answer that broke off: %v, want errAnswerBroken", err)
 	}
 	if _, err := wr.call(context.Background(), http.MethodGet, &url.URL{Scheme: "https", Host: base.Host}, http.Header{}, nil, 1024); err == nil {
 		t.Fatal("an https driver URL was called over the plain-HTTP wire")

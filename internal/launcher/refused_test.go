@@ -78,14 +78,11 @@ func TestWaitReadyPollsOnlyAListeningDriver(t *testing.T) {
 	if n := ct.polls.Load(); n != 0 {
 		t.Fatalf("%d HTTP polls of a port that refuses connections, want 0", n)
 	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Skipf("the port was taken meanwhile: %v", err)
-	}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	srv.Listener = ln
-	srv.Start()
+	// A driver that listens (on a port of its own: the closed one may be
+	// anybody's by now).
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
+	base, _ = url.Parse(srv.URL)
 	if err := WaitReady(context.Background(), client, base, nil); err != nil {
 		t.Fatal(err)
 	}
