@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +60,7 @@ type Launcher struct {
 	opts   Options
 	log    *slog.Logger
 	client *http.Client
+	spawn  *spawner // nil: drivers are forked from the starting goroutine's thread
 
 	mu       sync.Mutex
 	ports    map[int]bool // handed to a live driver of this hub
@@ -77,12 +79,21 @@ func New(opts Options, logger *slog.Logger) *Launcher {
 	if err := becomeSubreaper(); err != nil {
 		logtag.Event(logger, slog.LevelWarn, "", "INIT", "cannot become the subreaper of browser helpers: "+err.Error(), "a helper whose parent exits escapes its session's teardown")
 	}
-	return &Launcher{
+	l := &Launcher{
 		opts:   opts,
 		log:    logger,
 		client: opts.ReadyClient(),
 		ports:  map[int]bool{},
 	}
+	if s, err := newSpawner(); err != nil {
+		logtag.Event(logger, slog.LevelWarn, "", "INIT", "drivers are started from the hub's own descriptor table: "+err.Error(), "each start slows with the connections the hub holds")
+	} else {
+		l.spawn = s
+		// The spawner's thread goes when the launcher does; a launcher is
+		// unreachable only once every instance it started is.
+		runtime.AddCleanup(l, (*spawner).stop, s)
+	}
+	return l
 }
 
 // reservePort returns a loopback port no live driver of this hub holds. Picking a
@@ -185,12 +196,18 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	}
 	inst.downloads = downloads
 	inst.endpoints.Files = &url.URL{Scheme: "file", Path: downloads}
-	args := append(append([]string(nil), argv[1:]...), "--port="+strconv.Itoa(port))
-	cmd := exec.Command(argv[0], args...)
-	// The session's environment over the hub's own; exec keeps the last of a name.
-	cmd.Env = append(append(os.Environ(), launcher.Env(r)...), MarkerEnv+"="+inst.marker)
-	// Own process group, so Stop reaches the browser too; killed with the hub.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		inst.discard()
+		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Err: err,
+			Msg: fmt.Sprintf("cannot run driver command %q: %v; install it or fix \"image\" in the -conf file", argv[0], err)}
+	}
+	req := &spawnReq{
+		path: path,
+		argv: append(append([]string{argv[0]}, argv[1:]...), "--port="+strconv.Itoa(port)),
+		// The session's environment over the hub's own; exec keeps the last of a name.
+		env: append(append(os.Environ(), launcher.Env(r)...), MarkerEnv+"="+inst.marker),
+	}
 	var out io.Writer = io.MultiWriter(inst.tail, inst.log)
 	if l.opts.CaptureLogs {
 		out = io.MultiWriter(out, &lineLogger{log: l.log, id: r.ID})
@@ -205,22 +222,30 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 		inst.logFile = f
 		out = io.MultiWriter(out, f)
 	}
-	// An *os.File, not an io.Writer: exec then copies nothing itself, and Wait
-	// returns when the driver exits rather than when the last browser helper
-	// holding the pipe does.
+	// A pipe, not an io.Writer: the driver writes to it directly, and the
+	// driver's exit is noticed when it exits rather than when the last browser
+	// helper holding the pipe does.
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		inst.discard()
 		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Err: err, Msg: "cannot create the driver's output pipe: " + err.Error()}
 	}
-	cmd.Stdout, cmd.Stderr = pw, pw
-	err = cmd.Start()
+	wc, err := pw.SyscallConn()
+	if err == nil {
+		cerr := wc.Control(func(fd uintptr) {
+			req.out = int(fd)
+			inst.pid, err = l.spawn.start(req)
+		})
+		if err == nil {
+			err = cerr
+		}
+	}
 	pw.Close()
 	if err != nil {
 		pr.Close()
 		inst.discard()
 		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Err: err,
-			Msg: fmt.Sprintf("cannot run driver command %q: %v; install it or fix \"image\" in the -conf file", argv[0], err)}
+			Msg: fmt.Sprintf("cannot run driver command %q: %v", path, err)}
 	}
 	inst.outDone = make(chan struct{})
 	go func() {
@@ -229,9 +254,8 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 		inst.log.Close()
 		close(inst.outDone)
 	}()
-	inst.cmd = cmd
 	go inst.wait()
-	logtag.Event(l.log, slog.LevelDebug, r.ID, "PROCESS_STARTED", name, "pid "+strconv.Itoa(cmd.Process.Pid), "port "+strconv.Itoa(port))
+	logtag.Event(l.log, slog.LevelDebug, r.ID, "PROCESS_STARTED", name, "pid "+strconv.Itoa(inst.pid), "port "+strconv.Itoa(port))
 
 	err = launcher.WaitReady(ctx, l.client, inst.endpoints.Driver, inst.exited)
 	if err == nil {
@@ -277,7 +301,7 @@ func (l *Launcher) Sweep() int {
 
 type instance struct {
 	l      *Launcher
-	cmd    *exec.Cmd
+	pid    int // the driver's, and its process group's
 	port   int
 	marker string
 	// endpoints has the driver only: a local driver's browser reports its
@@ -301,12 +325,9 @@ type instance struct {
 }
 
 func (i *instance) wait() {
-	err := i.cmd.Wait()
+	reason := waitPid(i.pid)
 	i.mu.Lock()
-	i.reason = "exit status 0"
-	if err != nil {
-		i.reason = err.Error()
-	}
+	i.reason = reason
 	stopping := i.stopping
 	i.mu.Unlock()
 	if !stopping {
@@ -318,7 +339,7 @@ func (i *instance) wait() {
 func (i *instance) Endpoints() launcher.Endpoints { return i.endpoints }
 func (i *instance) Exited() <-chan struct{}       { return i.exited }
 func (i *instance) Describe() string {
-	return "pid " + strconv.Itoa(i.cmd.Process.Pid) + " port " + strconv.Itoa(i.port)
+	return "pid " + strconv.Itoa(i.pid) + " port " + strconv.Itoa(i.port)
 }
 
 func (i *instance) ExitReason() string {
@@ -358,7 +379,7 @@ func (i *instance) Stop(ctx context.Context) error {
 		i.mu.Lock()
 		i.stopping = true
 		i.mu.Unlock()
-		pgid := i.cmd.Process.Pid
+		pgid := i.pid
 		_ = syscall.Kill(-pgid, syscall.SIGINT)
 		grace := time.NewTimer(i.l.opts.StopTimeout)
 		select {

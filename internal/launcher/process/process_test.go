@@ -173,7 +173,7 @@ func TestConcurrentStartsNeverSharePorts(t *testing.T) {
 			t.Fatalf("two drivers on %s", h)
 		}
 		hosts[h] = true
-		if pid, own := pidOf(t, insts[i]), insts[i].(*instance).cmd.Process.Pid; pid != own {
+		if pid, own := pidOf(t, insts[i]), insts[i].(*instance).pid; pid != own {
 			t.Fatalf("%s answered by pid %d, not its own driver %d", h, pid, own)
 		}
 	}

@@ -87,7 +87,7 @@ func markerOf(pid int) string {
 // reparented to this process, its subreaper, when its parent dies, and is
 // found among this process's children by the session's marker. Rounds repeat
 // until the group is gone and no such child is left, for 5 s at most; it
-// returns how many were left then. The driver itself is os/exec's to reap.
+// returns how many were left then. The driver itself is its wait goroutine's to reap.
 func reapSession(driver int, marker string) int {
 	self := os.Getpid()
 	deadline := time.Now().Add(5 * time.Second)

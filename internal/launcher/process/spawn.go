@@ -1,0 +1,265 @@
+package process
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// spawner starts drivers from a thread of this process with a descriptor table
+// of its own. A fork copies the forking thread's table and the exec closes it
+// again in the child, so a hub holding 15,000 waiting clients' connections
+// paid 7 ms per driver start instead of 0.8 (BenchmarkExecWithOpenDescriptors)
+// and the hand-off to a waiter slowed with the queue's length. This thread's
+// table is a copy of the hub's when the launcher was made, less every file and
+// socket in it: what a fork from here copies stays a handful of descriptors,
+// however many connections the hub holds.
+//
+// The thread lives as long as the launcher: a driver's parent is this thread,
+// and a driver gets SIGKILL (Pdeathsig) when its parent thread ends.
+type spawner struct {
+	reqs chan *spawnReq
+}
+
+// spawnReq is one driver start, answered by closing done.
+type spawnReq struct {
+	path      string
+	argv, env []string
+	out       int // the output pipe's write end, in the hub's table
+	pid       int
+	err       error
+	done      chan struct{}
+	probe     *syscall.Stat_t // set: copy out in and fstat it, start nothing
+}
+
+// System calls Go's syscall package has no wrapper for; numbers shared by
+// every Linux architecture since 5.x.
+const (
+	sysPidfdOpen  = 434
+	sysPidfdGetfd = 438
+)
+
+// newSpawner starts the spawner's thread; an error says why it could not (an
+// old kernel, a seccomp profile refusing unshare), and the launcher then forks
+// from whichever thread starts a driver, as before.
+func newSpawner() (*spawner, error) {
+	s := &spawner{reqs: make(chan *spawnReq)}
+	ready := make(chan error, 1)
+	go s.run(ready, nil)
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	// The first driver must not be the one to find that a descriptor of the
+	// hub's cannot be copied in: copy one now and check it is the same file.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		s.stop()
+		return nil, err
+	}
+	defer pr.Close()
+	defer pw.Close()
+	var want, got syscall.Stat_t
+	if err := syscall.Fstat(int(pw.Fd()), &want); err != nil {
+		s.stop()
+		return nil, err
+	}
+	r := &spawnReq{out: int(pw.Fd()), done: make(chan struct{}), probe: &got}
+	s.reqs <- r
+	<-r.done
+	if r.err == nil && (got.Ino != want.Ino || got.Dev != want.Dev) {
+		r.err = errors.New("pidfd_getfd copied another file than the one asked for")
+	}
+	if r.err != nil {
+		s.stop()
+		return nil, r.err
+	}
+	return s, nil
+}
+
+// stop ends the spawner's thread; drivers it started and that still run get
+// SIGKILL from the kernel.
+func (s *spawner) stop() { close(s.reqs) }
+
+func (s *spawner) run(ready chan<- error, started chan<- struct{}) {
+	// Never unlocked: when this goroutine returns the runtime ends the thread,
+	// and its private table with it, rather than run other goroutines on it.
+	// The runtime starts new threads from a template thread, never from a
+	// locked one, so no other thread inherits this table.
+	runtime.LockOSThread()
+	if syscall.Gettid() == os.Getpid() {
+		// The main thread keeps the table the rest of the process shares:
+		// pidfd_getfd copies descriptors from the main thread's. Held here
+		// until another goroutine has a thread of its own, so that it
+		// cannot land on this one too.
+		elsewhere := make(chan struct{})
+		go s.run(ready, elsewhere)
+		<-elsewhere
+		runtime.UnlockOSThread()
+		return
+	}
+	if started != nil {
+		close(started)
+	}
+	self, devnull, err := privateTable()
+	if err != nil {
+		ready <- err
+		return
+	}
+	ready <- nil
+	for r := range s.reqs {
+		r.pid, r.err = spawnFrom(self, devnull, r)
+		close(r.done)
+	}
+}
+
+// privateTable gives the calling (locked) thread a descriptor table of its own
+// and empties it of everything but the standard streams and the Go runtime's
+// own descriptors (its epoll instance and the eventfd that wakes it, which the
+// runtime may use from any thread: closing them here would crash it). It
+// returns a pidfd of this process, to copy descriptors in from the hub's table,
+// and /dev/null for the drivers' standard input.
+func privateTable() (self, devnull int, err error) {
+	if err := syscall.Unshare(syscall.CLONE_FILES); err != nil {
+		return -1, -1, fmt.Errorf("unshare(CLONE_FILES): %w", err)
+	}
+	dir, err := os.Open("/proc/thread-self/fd")
+	if err != nil {
+		return -1, -1, err
+	}
+	names, err := dir.Readdirnames(-1)
+	dirFd := int(dir.Fd())
+	if err != nil {
+		dir.Close()
+		return -1, -1, err
+	}
+	var drop []int
+	for _, name := range names {
+		fd, err := strconv.Atoi(name)
+		if err != nil || fd <= 2 || fd == dirFd {
+			continue
+		}
+		target, err := os.Readlink("/proc/thread-self/fd/" + name)
+		if err != nil || strings.HasPrefix(target, "anon_inode:") {
+			continue
+		}
+		drop = append(drop, fd) // a file, pipe or socket of the hub's
+	}
+	dir.Close()
+	for _, fd := range drop {
+		syscall.Close(fd)
+	}
+	r, _, errno := syscall.Syscall(sysPidfdOpen, uintptr(os.Getpid()), 0, 0)
+	if errno != 0 {
+		return -1, -1, fmt.Errorf("pidfd_open: %w", errno)
+	}
+	self = int(r)
+	devnull, err = syscall.Open(os.DevNull, syscall.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		syscall.Close(self)
+		return -1, -1, err
+	}
+	return self, devnull, nil
+}
+
+// getfd copies descriptor fd of the process's main table (its main thread's)
+// into the calling thread's, close-on-exec.
+func getfd(self, fd int) (int, error) {
+	for {
+		r, _, errno := syscall.Syscall(sysPidfdGetfd, uintptr(self), uintptr(fd), 0)
+		if errno == syscall.EINTR {
+			continue
+		}
+		if errno != 0 {
+			return -1, fmt.Errorf("pidfd_getfd: %w", errno)
+		}
+		return int(r), nil
+	}
+}
+
+func spawnFrom(self, devnull int, r *spawnReq) (int, error) {
+	out, err := getfd(self, r.out)
+	if err != nil {
+		return 0, err
+	}
+	defer syscall.Close(out)
+	if r.probe != nil {
+		return 0, syscall.Fstat(out, r.probe)
+	}
+	return forkExec(r, devnull, out)
+}
+
+// forkExec starts a driver in its own process group (Stop reaches the browser
+// too), killed if its parent thread ends, its output to out.
+func forkExec(r *spawnReq, stdin, out int) (int, error) {
+	return syscall.ForkExec(r.path, r.argv, &syscall.ProcAttr{
+		Env:   lastOfEachName(r.env),
+		Files: []uintptr{uintptr(stdin), uintptr(out), uintptr(out)},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	})
+}
+
+// start runs r from the spawner's thread, or from this one without a spawner.
+func (s *spawner) start(r *spawnReq) (int, error) {
+	if s == nil {
+		devnull, err := os.Open(os.DevNull)
+		if err != nil {
+			return 0, err
+		}
+		defer devnull.Close()
+		return forkExec(r, int(devnull.Fd()), r.out)
+	}
+	r.done = make(chan struct{})
+	s.reqs <- r
+	<-r.done
+	return r.pid, r.err
+}
+
+// waitPid waits for a driver to exit and says how, as os/exec would ("exit
+// status 1", "signal: killed").
+func waitPid(pid int) string {
+	var ws syscall.WaitStatus
+	for {
+		_, err := syscall.Wait4(pid, &ws, 0, nil)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return "wait: " + err.Error()
+		}
+		break
+	}
+	switch {
+	case ws.Exited():
+		return "exit status " + strconv.Itoa(ws.ExitStatus())
+	case ws.Signaled():
+		s := "signal: " + ws.Signal().String()
+		if ws.CoreDump() {
+			s += " (core dumped)"
+		}
+		return s
+	}
+	return "wait status " + strconv.Itoa(int(ws))
+}
+
+// lastOfEachName keeps, of variables set more than once, the last setting, as
+// os/exec does: the session's environment is appended to the hub's, and a
+// program's getenv would find the first.
+func lastOfEachName(env []string) []string {
+	seen := make(map[string]bool, len(env))
+	out := make([]string, len(env))
+	n := len(env)
+	for i := len(env) - 1; i >= 0; i-- {
+		name, _, _ := strings.Cut(env[i], "=")
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		n--
+		out[n] = env[i]
+	}
+	return out[n:]
+}

@@ -1,0 +1,111 @@
+package process
+
+import (
+	"errors"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"syscall"
+	"testing"
+)
+
+// The spawner's thread must not keep the hub's files and sockets open: a
+// listener the hub had when the launcher was made is really closed when the
+// hub closes it (its port is free again), and a driver starts with its
+// standard streams only.
+func TestSpawnerHoldsNoneOfTheHubsFiles(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	s, err := newSpawner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.stop()
+	ln.Close()
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Fatalf("%s still accepts connections after the hub closed its listener: the spawner's table holds it", addr)
+	}
+	ln2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("the closed listener's port cannot be bound again: %v", err)
+	}
+	defer ln2.Close()
+
+	out, err := os.Create(t.TempDir() + "/out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	pid, err := s.start(&spawnReq{path: "/bin/sleep", argv: []string{"sleep", "30"}, out: int(out.Fd())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { syscall.Kill(pid, syscall.SIGKILL); waitPid(pid) }()
+	ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fds []string
+	for _, e := range ents {
+		fds = append(fds, e.Name())
+	}
+	if !slices.Equal(fds, []string{"0", "1", "2"}) {
+		t.Fatalf("the driver has descriptors %v, want 0 1 2", fds)
+	}
+	// Its output goes where the hub asked, its process group is its own.
+	if target, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/1"); target != out.Name() {
+		t.Fatalf("the driver's output goes to %q, want %q", target, out.Name())
+	}
+	if pgid, _ := syscall.Getpgid(pid); pgid != pid {
+		t.Fatalf("the driver's process group is %d, want its own (%d)", pgid, pid)
+	}
+}
+
+// A driver's parent is the spawner's thread: the thread ends only with its
+// launcher, and drivers it leaves behind then die with it (Pdeathsig) rather
+// than outlive the hub.
+func TestSpawnerStopKillsItsDrivers(t *testing.T) {
+	s, err := newSpawner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := s.start(&spawnReq{path: "/bin/sleep", argv: []string{"sleep", "30"}, out: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.stop()
+	if why := waitPid(pid); why != "signal: killed" {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("a driver of a stopped spawner ended with %q, want signal: killed", why)
+	}
+}
+
+// Without a spawner (the kernel or a seccomp profile refused one), drivers are
+// forked from the starting thread, with the same result.
+func TestStartWithoutSpawner(t *testing.T) {
+	var s *spawner
+	pid, err := s.start(&spawnReq{path: "/bin/sh", argv: []string{"sh", "-c", "exit 3"}, out: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := waitPid(pid); why != "exit status 3" {
+		t.Fatalf("ended with %q, want exit status 3", why)
+	}
+	_, err = s.start(&spawnReq{path: "/nonexistent/driver", argv: []string{"driver"}, out: 2})
+	if !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("starting a missing program: %v, want ENOENT", err)
+	}
+}
+
+func TestLastOfEachName(t *testing.T) {
+	got := lastOfEachName([]string{"A=1", "B=2", "A=3", "C", "B=", "D=4"})
+	want := []string{"A=3", "C", "B=", "D=4"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
