@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -65,7 +67,16 @@ func (l *syncLog) String() string {
 
 func startBinary(t *testing.T, name string, args ...string) (*binaryHub, error) {
 	t.Helper()
+	return startBinaryEnv(t, nil, name, args...)
+}
+
+// startBinaryEnv is startBinary with variables added to the environment.
+func startBinaryEnv(t *testing.T, env []string, name string, args ...string) (*binaryHub, error) {
+	t.Helper()
 	h := &binaryHub{cmd: exec.Command(name, args...), log: &syncLog{}, done: make(chan error, 1)}
+	if env != nil {
+		h.cmd.Env = append(os.Environ(), env...)
+	}
 	pr, pw := io.Pipe()
 	h.cmd.Stderr = pw
 	if err := h.cmd.Start(); err != nil {
@@ -244,5 +255,46 @@ func TestHealthcheck(t *testing.T) {
 	var exit *exec.ExitError
 	if !asExit(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "unhealthy") {
 		t.Fatalf("no hub: %v %s", err, out)
+	}
+}
+
+// -max-procs reaches the runtime, and the [INIT] line says what the hub took
+// and why; without it (and without GOMAXPROCS) the hub takes a quarter of the
+// CPUs, at least 1.
+func TestMaxProcs(t *testing.T) {
+	hubBin, _, conf := binaries(t)
+	for _, c := range []struct {
+		args []string
+		env  string
+		want int
+		why  string
+	}{
+		{[]string{"-max-procs", "3"}, "", 3, "(-max-procs)"},
+		{nil, "GOMAXPROCS=2", 2, "(GOMAXPROCS environment variable)"},
+		{nil, "", max(1, runtime.NumCPU()/4), "(a quarter of"},
+	} {
+		args := append([]string{"-disable-docker", "-conf", conf, "-listen", "127.0.0.1:0", "-instance", "maxprocs-" + strconv.Itoa(c.want)}, c.args...)
+		h := &binaryHub{}
+		var err error
+		if c.env != "" {
+			h, err = startBinaryEnv(t, []string{c.env}, hubBin, args...)
+		} else {
+			h, err = startBinaryEnv(t, []string{"GOMAXPROCS="}, hubBin, args...)
+		}
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", c.args, err, h.log)
+		}
+		if want := fmt.Sprintf("[GOMAXPROCS %d %s", c.want, c.why); !strings.Contains(h.log.String(), want) {
+			t.Errorf("%v %s: [INIT] lacks %q:\n%s", c.args, c.env, want, h.log)
+		}
+		resp, err := http.Get("http://" + h.addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := fmt.Sprintf("\ngo_sched_gomaxprocs_threads %d\n", c.want); !strings.Contains(string(body), want) {
+			t.Errorf("%v %s: the runtime does not run with %d: /metrics lacks %q", c.args, c.env, c.want, strings.TrimSpace(want))
+		}
 	}
 }

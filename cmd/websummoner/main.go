@@ -17,6 +17,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -59,6 +61,7 @@ type flagConfig struct {
 	logFormat                            string
 	disableDocker, showVersion, health   bool
 	gracefulPeriod                       time.Duration
+	maxProcs                             int
 
 	server   httpserver.Options
 	auth     auth.Options
@@ -110,6 +113,7 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.BoolVar(&c.disableDocker, "disable-docker", false, "Run browsers as local driver processes (image = command line) and never connect to Docker")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit")
 	fs.BoolVar(&c.health, "healthcheck", false, "Ask the hub serving on -listen (on this host) whether it is healthy: exit 0 if /healthz answers 200, else 1 (a container HEALTHCHECK with no shell or curl)")
+	fs.IntVar(&c.maxProcs, "max-procs", 0, "CPUs the hub's own code runs on at once (Go's GOMAXPROCS); 0: the GOMAXPROCS environment variable if set, else a quarter of the CPUs the hub may use, at least 1, leaving the rest to the browsers")
 	fs.DurationVar(&c.gracefulPeriod, "graceful-period", 300*time.Second, "On SIGTERM, how long live sessions may run on before they are ended")
 
 	fs.DurationVar(&c.server.IdleTimeout, "idle-connection-timeout", httpserver.DefaultIdleTimeout, "Close a keep-alive connection with no request for this long (0 = the default)")
@@ -182,6 +186,9 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	c.hub.LogDir = c.logOutputDir
 	if c.admins != "" {
 		c.auth.Admins = strings.Split(c.admins, ",")
+	}
+	if c.maxProcs < 0 {
+		return nil, fmt.Errorf("-max-procs must be 0 (automatic) or a number of CPUs (got %d)", c.maxProcs)
 	}
 	if c.gracefulPeriod < 0 {
 		return nil, fmt.Errorf("-graceful-period must be 0 or a positive duration such as 300s (got %v)", c.gracefulPeriod)
@@ -337,6 +344,8 @@ func (p *program) serve() int {
 	if why := exposure(ln.Addr(), p.auth.Enabled(), c.server.TLSCert != ""); why != "" {
 		logtag.Event(log, slog.LevelWarn, "", "INSECURE", why)
 	}
+	procs, why := hubProcs(c.maxProcs, os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0))
+	runtime.GOMAXPROCS(procs)
 	p.procs.Sweep()
 	ctx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
@@ -346,7 +355,8 @@ func (p *program) serve() int {
 	}
 	srv := p.server
 	logtag.Event(log, slog.LevelInfo, "", "INIT", "websummoner "+version, "listening on "+ln.Addr().String(),
-		p.queue.Options().String(), "start-gate "+capacity.ModeFlag{O: &c.gate}.String(), fmt.Sprintf("browsers %v", p.conf.Browsers().Names()), "instance "+c.launch.Instance)
+		p.queue.Options().String(), "start-gate "+capacity.ModeFlag{O: &c.gate}.String(), fmt.Sprintf("browsers %v", p.conf.Browsers().Names()), "instance "+c.launch.Instance,
+		fmt.Sprintf("GOMAXPROCS %d (%s)", procs, why))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -453,4 +463,21 @@ func (p *program) shutdown(sig os.Signal, sigs <-chan os.Signal, srv *httpserver
 	_ = srv.Shutdown(sctx)
 	scancel()
 	logtag.Event(p.log, slog.LevelInfo, "", "STOPPED")
+}
+
+// hubProcs is how many CPUs the hub's own code runs on at once: -max-procs if
+// set, else GOMAXPROCS from the environment, else a quarter of the CPUs the
+// runtime found (avail), at least 1. The hub shares its machine with the
+// browsers it starts and needs little CPU itself (about 0.1 ms per proxied
+// command, so one CPU carries thousands of commands a second); every CPU more
+// than it needs only adds the scheduler's wake-ups between them, which on two
+// CPUs cost the hub 252 instead of 159 µs per command (docs/benchmarks.md).
+func hubProcs(flagValue int, env string, avail int) (int, string) {
+	if flagValue > 0 {
+		return flagValue, "-max-procs"
+	}
+	if n, err := strconv.Atoi(env); err == nil && n > 0 {
+		return n, "GOMAXPROCS environment variable"
+	}
+	return max(1, avail/4), fmt.Sprintf("a quarter of %d CPUs, at least 1; -max-procs sets it", avail)
 }

@@ -39,6 +39,7 @@ func TestInvalidFlagsStopStartUp(t *testing.T) {
 		{[]string{"-service-startup-timeout", "-1s"}, "-service-startup-timeout must be a positive duration"},
 		{[]string{"-session-delete-timeout", "-1s"}, "-session-delete-timeout must be a positive duration"},
 		{[]string{"-graceful-period", "-1s"}, "-graceful-period must be 0 or a positive duration"},
+		{[]string{"-max-procs", "-1"}, "-max-procs must be 0 (automatic) or a number of CPUs"},
 		{[]string{"-retry-count", "-1"}, "-retry-count must be at least 1"},
 		{[]string{"-instance", "a/b"}, "-instance must be a name without"},
 		{[]string{"-log-level", "loud"}, "-log-level must be"},
@@ -243,6 +244,33 @@ func TestExposureWarning(t *testing.T) {
 		got := exposure(addr(c.addr), c.auth, c.tls)
 		if c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {
 			t.Errorf("%s auth=%v tls=%v: %q, want %q", c.addr, c.auth, c.tls, got, c.want)
+		}
+	}
+}
+
+// The hub takes a quarter of the CPUs it may use unless told otherwise, and
+// an operator's -max-procs or GOMAXPROCS always wins.
+func TestHubProcs(t *testing.T) {
+	for _, c := range []struct {
+		flag  int
+		env   string
+		avail int
+		want  int
+		why   string
+	}{
+		{0, "", 1, 1, "a quarter of 1 CPUs"},
+		{0, "", 2, 1, "a quarter of 2 CPUs"},
+		{0, "", 8, 2, "a quarter of 8 CPUs"},
+		{0, "", 64, 16, "a quarter of 64 CPUs"},
+		{0, "3", 3, 3, "GOMAXPROCS environment variable"},
+		{0, "zero", 8, 2, "a quarter of 8 CPUs"},
+		{0, "0", 8, 2, "a quarter of 8 CPUs"},
+		{4, "3", 3, 4, "-max-procs"},
+		{2, "", 64, 2, "-max-procs"},
+	} {
+		n, why := hubProcs(c.flag, c.env, c.avail)
+		if n != c.want || !strings.Contains(why, c.why) {
+			t.Errorf("hubProcs(%d, %q, %d) = %d (%s), want %d (%s)", c.flag, c.env, c.avail, n, why, c.want, c.why)
 		}
 	}
 }

@@ -171,7 +171,7 @@ func (e *Env) startHub(ctx context.Context, browsers string, args ...string) (*p
 	}
 	all := append([]string{"-disable-docker", "-conf", conf, "-listen", fmt.Sprintf("127.0.0.1:%d", port),
 		"-instance", fmt.Sprintf("wsbench-%d", os.Getpid()), "-graceful-period", "1s"}, args...)
-	return e.start(ctx, e.Hub, all, port, "[INIT]")
+	return e.start(ctx, e.Hub, all, port, "[INIT]", strings.Fields(os.Getenv("WSBENCH_HUB_ENV"))...)
 }
 
 // stubBrowsers is a browsers.json with the stub as "stub", plus extra entries.
@@ -181,8 +181,11 @@ func (e *Env) stubBrowsers(extra ...string) string {
 	return "{" + strings.Join(entries, ",\n") + "}"
 }
 
-func (e *Env) start(ctx context.Context, bin string, args []string, port int, ready string) (*proc, error) {
+func (e *Env) start(ctx context.Context, bin string, args []string, port int, ready string, env ...string) (*proc, error) {
 	cmd := exec.Command(bin, args...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	p := &proc{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan struct{})}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
