@@ -219,18 +219,36 @@ func (s *spawner) start(r *spawnReq) (int, error) {
 }
 
 // waitPid waits for a driver to exit and says how, as os/exec would ("exit
-// status 1", "signal: killed").
+// status 1", "signal: killed"). It waits on the driver's pidfd in Go's poller
+// rather than in wait4: a blocked wait4 holds a thread for the driver's whole
+// life (at -limit 10,000 more than Go's 10,000-thread limit), and, with one
+// CPU for the hub (-max-procs), the hub's only one until the runtime notices.
 func waitPid(pid int) string {
 	var ws syscall.WaitStatus
-	for {
-		_, err := syscall.Wait4(pid, &ws, 0, nil)
-		if errors.Is(err, syscall.EINTR) {
-			continue
+	var err error
+	if f := pidfd(pid); f != nil {
+		defer f.Close()
+		var rc syscall.RawConn
+		if rc, err = f.SyscallConn(); err == nil {
+			rerr := rc.Read(func(uintptr) bool {
+				var got int
+				got, err = syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+				return got != 0 || (err != nil && !errors.Is(err, syscall.EINTR))
+			})
+			if err == nil {
+				err = rerr
+			}
 		}
-		if err != nil {
-			return "wait: " + err.Error()
+	} else {
+		for {
+			_, err = syscall.Wait4(pid, &ws, 0, nil)
+			if !errors.Is(err, syscall.EINTR) {
+				break
+			}
 		}
-		break
+	}
+	if err != nil {
+		return "wait: " + err.Error()
 	}
 	switch {
 	case ws.Exited():
@@ -243,6 +261,16 @@ func waitPid(pid int) string {
 		return s
 	}
 	return "wait status " + strconv.Itoa(int(ws))
+}
+
+// pidfd is a pollable pidfd of a child that has not been reaped (so its pid
+// is still its own), readable once it exits; nil if the kernel has none.
+func pidfd(pid int) *os.File {
+	fd, _, errno := syscall.Syscall(sysPidfdOpen, uintptr(pid), syscall.O_NONBLOCK, 0) // PIDFD_NONBLOCK
+	if errno != 0 {
+		return nil
+	}
+	return os.NewFile(fd, "pidfd "+strconv.Itoa(pid))
 }
 
 // lastOfEachName keeps, of variables set more than once, the last setting, as
