@@ -5,9 +5,8 @@ import (
 	"errors"
 	"net"
 	"os"
-	"runtime"
-	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // On Linux each watched descriptor is registered, for hang-ups only
@@ -18,14 +17,19 @@ import (
 // is held (RawConn.Control), so a number the kernel has reused for another
 // connection is never touched. The instance, its goroutine and its
 // descriptors exist only while something is watched.
+//
+// The goroutine waits in Go's poller, on the epoll descriptor itself (readable
+// while it has events), not in epoll_wait: a goroutine blocked in a system
+// call holds its thread and, until the runtime notices, its CPU slot, which is
+// the hub's only one when it runs with -max-procs 1.
 
 // instance is one epoll descriptor, its wake-up pipe and what it watches.
 type instance struct {
+	ep           *os.File // the epoll descriptor, non-blocking, in Go's poller
 	epfd         int
 	wakeR, wakeW *os.File // a byte on the pipe wakes the loop to look again
 	byKey        map[int32]func()
 	done         chan struct{} // closed when the loop has closed the instance
-	tid          atomic.Int32  // the loop's thread
 }
 
 // wakeKey marks the wake-up pipe's registration.
@@ -36,74 +40,106 @@ func newInstance() (*instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	r, w, err := os.Pipe()
-	if err != nil {
+	if err := syscall.SetNonblock(epfd, true); err != nil {
 		syscall.Close(epfd)
 		return nil, err
 	}
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: wakeKey}
-	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, int(r.Fd()), &ev); err != nil {
-		syscall.Close(epfd)
+	ep := os.NewFile(uintptr(epfd), "hangup epoll")
+	// A file Go's poller would not take has no deadlines: Watch then falls
+	// back to a goroutine per connection rather than a loop that cannot wait.
+	if err := ep.SetReadDeadline(time.Time{}); err != nil {
+		ep.Close()
+		return nil, err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		ep.Close()
+		return nil, err
+	}
+	wc, err := r.SyscallConn()
+	if err == nil {
+		cerr := wc.Control(func(fd uintptr) {
+			ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: wakeKey}
+			err = syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
+		})
+		if err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		ep.Close()
 		r.Close()
 		w.Close()
 		return nil, err
 	}
-	return &instance{epfd: epfd, wakeR: r, wakeW: w, byKey: map[int32]func(){}, done: make(chan struct{})}, nil
+	return &instance{ep: ep, epfd: epfd, wakeR: r, wakeW: w, byKey: map[int32]func(){}, done: make(chan struct{})}, nil
 }
 
 func (in *instance) close() {
-	syscall.Close(in.epfd)
+	in.ep.Close()
 	in.wakeR.Close()
 	in.wakeW.Close()
 	close(in.done)
 }
 
 // loop reports hang-ups until nothing is watched, then closes the instance.
-// It keeps its thread: it spends its life in epoll_wait, which holds one
-// anyway, and the thread's id lets a test interrupt exactly that call.
 func (w *Watcher) loop(in *instance) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	in.tid.Store(int32(syscall.Gettid()))
 	events := make([]syscall.EpollEvent, 64)
 	drain := make([]byte, 64)
-	for {
-		n, err := syscall.EpollWait(in.epfd, events, -1)
-		if errors.Is(err, syscall.EINTR) {
-			continue // a signal (Go's own preemption among them), not an event
-		}
-		if err != nil {
-			// Cannot happen with a valid descriptor and buffer; give every
-			// watch its answer rather than leave it waiting for ever.
-			n = 0
-			w.mu.Lock()
-			for k := range in.byKey {
-				events = append(events[:n], syscall.EpollEvent{Fd: k})
-				n++
+	rc, err := in.ep.SyscallConn()
+	if err == nil {
+		// The callback runs whenever the epoll descriptor is readable; it
+		// takes every event there is (Go's poller reports edges), and asks
+		// to wait again only once there are none.
+		err = rc.Read(func(fd uintptr) bool {
+			for {
+				n, err := syscall.EpollWait(int(fd), events, 0)
+				if errors.Is(err, syscall.EINTR) {
+					continue
+				}
+				if err != nil {
+					return true // cannot happen with a valid descriptor: answer every watch below
+				}
+				if n == 0 {
+					w.mu.Lock()
+					defer w.mu.Unlock()
+					if len(in.byKey) == 0 {
+						w.inst = nil
+						return true
+					}
+					return false
+				}
+				for _, ev := range events[:n] {
+					if ev.Fd == wakeKey {
+						_, _ = in.wakeR.Read(drain)
+						continue
+					}
+					w.mu.Lock()
+					gone := in.byKey[ev.Fd]
+					delete(in.byKey, ev.Fd)
+					w.mu.Unlock()
+					if gone != nil {
+						gone()
+					}
+				}
 			}
-			w.mu.Unlock()
+		})
+	}
+	// Ended without closing (an error): give every watch its answer rather
+	// than leave it waiting for ever.
+	w.mu.Lock()
+	var left []func()
+	if w.inst == in {
+		w.inst = nil
+		for k, gone := range in.byKey {
+			left = append(left, gone)
+			delete(in.byKey, k)
 		}
-		for _, ev := range events[:n] {
-			if ev.Fd == wakeKey {
-				_, _ = in.wakeR.Read(drain)
-				continue
-			}
-			w.mu.Lock()
-			gone := in.byKey[ev.Fd]
-			delete(in.byKey, ev.Fd)
-			w.mu.Unlock()
-			if gone != nil {
-				gone()
-			}
-		}
-		w.mu.Lock()
-		if len(in.byKey) == 0 {
-			w.inst = nil
-			w.mu.Unlock()
-			in.close()
-			return
-		}
-		w.mu.Unlock()
+	}
+	w.mu.Unlock()
+	in.close()
+	for _, gone := range left {
+		gone()
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -204,26 +205,45 @@ func TestIdleWatcherHoldsNothing(t *testing.T) {
 	}
 }
 
-// Signals interrupt epoll_wait (Go's own preemption signal among them): the
-// watcher goes on waiting, and still reports the hang-up after a thousand.
-func TestInterruptedWaitGoesOn(t *testing.T) {
+// Signals to the process (Go's own preemption signal among them) do not
+// disturb a watch: it still reports the hang-up after a thousand.
+func TestSignalsDoNotDisturbTheWatch(t *testing.T) {
 	w := newWatcher(t)
 	hub, client := pair(t)
 	gone := make(chan struct{})
 	stop := w.Watch(hub, func() { close(gone) })
 	defer stop()
-	w.mu.Lock()
-	in := w.inst
-	w.mu.Unlock()
-	for in.tid.Load() == 0 {
-		runtime.Gosched() // the loop has not started yet
-	}
 	for range 1000 {
-		// SIGURG: Go ignores it unless it preempts, so only the wait notices.
-		if err := syscall.Tgkill(os.Getpid(), int(in.tid.Load()), syscall.SIGURG); err != nil {
+		// SIGURG: Go ignores it unless it preempts.
+		if err := syscall.Kill(os.Getpid(), syscall.SIGURG); err != nil {
 			t.Fatal(err)
 		}
 	}
 	client.Close()
-	waitGone(t, gone, "after interrupted waits")
+	waitGone(t, gone, "after signals")
+}
+
+// While it waits, the watcher's goroutine is parked in Go's poller, not
+// blocked in a system call: it holds no thread and no CPU slot, which with one
+// CPU slot for the hub (-max-procs 1) would be the hub's only one.
+func TestWaitHoldsNoThread(t *testing.T) {
+	w := newWatcher(t)
+	hub, _ := pair(t)
+	stop := w.Watch(hub, func() {})
+	defer stop()
+	buf := make([]byte, 1<<20)
+	var state string
+	for range 100000 {
+		runtime.Gosched()
+		state = ""
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "hangup.(*Watcher).loop") {
+				state, _, _ = strings.Cut(g, "\n")
+			}
+		}
+		if strings.Contains(state, "[IO wait") {
+			return
+		}
+	}
+	t.Fatalf("the watcher's goroutine is %q, want it parked in the poller ([IO wait])", state)
 }
