@@ -61,6 +61,10 @@ type Launcher struct {
 	log    *slog.Logger
 	client *http.Client
 	spawn  *spawner // nil: drivers are forked from the starting goroutine's thread
+	// spawnErr says why there is no spawner, logged at the first start: a
+	// hub that starts no local driver (Docker mode) has nothing to be told.
+	spawnErr  error
+	spawnNote sync.Once
 
 	mu       sync.Mutex
 	ports    map[int]bool // handed to a live driver of this hub
@@ -86,7 +90,7 @@ func New(opts Options, logger *slog.Logger) *Launcher {
 		ports:  map[int]bool{},
 	}
 	if s, err := newSpawner(); err != nil {
-		logtag.Event(logger, slog.LevelWarn, "", "INIT", "drivers are started from the hub's own descriptor table: "+err.Error(), "each start slows with the connections the hub holds")
+		l.spawnErr = err
 	} else {
 		l.spawn = s
 		// The spawner's thread goes when the launcher does; a launcher is
@@ -196,6 +200,11 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	}
 	inst.downloads = downloads
 	inst.endpoints.Files = &url.URL{Scheme: "file", Path: downloads}
+	if l.spawnErr != nil {
+		l.spawnNote.Do(func() {
+			logtag.Event(l.log, slog.LevelInfo, r.ID, "NO_SPAWNER", "drivers are started from the hub's own descriptor table: "+l.spawnErr.Error(), "each start slows with the connections the hub holds")
+		})
+	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		inst.discard()

@@ -452,3 +452,49 @@ func TestStopFindsOrphansOfACrashedDriver(t *testing.T) {
 		t.Fatalf("helper %d is still this process's child (a zombie not reaped)", helper)
 	}
 }
+
+// Without a spawner (a seccomp profile refused it) drivers still start, run,
+// report their exit and stop, forked from the starting thread; the hub says
+// why once, at the first local driver, not at start-up where a Docker-mode hub
+// would have nothing to do with it.
+func TestStartsWithoutSpawner(t *testing.T) {
+	got, log := logtest.New(100)
+	l := New(Options{Options: launcher.Options{StartupTimeout: 10 * time.Second, StopTimeout: time.Second, Instance: "nospawner"}}, log)
+	l.spawn.stop()
+	l.spawn, l.spawnErr = nil, errors.New("unshare(CLONE_FILES): operation not permitted")
+	for range 2 {
+		inst, err := l.Start(context.Background(), req())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pid := pidOf(t, inst); pid != inst.(*instance).pid {
+			t.Fatalf("the driver answering is pid %d, the launcher started %d", pid, inst.(*instance).pid)
+		}
+		if err := inst.Stop(context.Background()); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+	}
+	crash, err := l.Start(context.Background(), req())
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Kill(pidOf(t, crash), syscall.SIGKILL)
+	select {
+	case <-crash.Exited():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a driver that exited was not noticed")
+	}
+	if why := crash.ExitReason(); !strings.Contains(why, "signal: killed") {
+		t.Fatalf("exit reason %q", why)
+	}
+	crash.Stop(context.Background())
+	var lines []string
+	for len(got) > 0 { // everything is logged by now: the starts have returned
+		if m := <-got; strings.Contains(m, "[NO_SPAWNER]") {
+			lines = append(lines, m)
+		}
+	}
+	if len(lines) != 1 {
+		t.Fatalf("NO_SPAWNER logged %d times, want once: %q", len(lines), lines)
+	}
+}
