@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -48,6 +49,7 @@ const (
 
 type wireConn struct {
 	c     net.Conn
+	rc    syscall.RawConn // nil when c has no descriptor
 	br    *bufio.Reader
 	bw    *bufio.Writer
 	since time.Time // idle since
@@ -58,8 +60,13 @@ func newWire() *wire {
 }
 
 func (wr *wire) get(ctx context.Context, host string) (*wireConn, bool, error) {
-	wr.mu.Lock()
-	if list := wr.idle[host]; len(list) > 0 {
+	for {
+		wr.mu.Lock()
+		list := wr.idle[host]
+		if len(list) == 0 {
+			wr.mu.Unlock()
+			break
+		}
 		c := list[len(list)-1]
 		list[len(list)-1] = nil
 		if len(list) == 1 {
@@ -69,14 +76,44 @@ func (wr *wire) get(ctx context.Context, host string) (*wireConn, bool, error) {
 		}
 		wr.total--
 		wr.mu.Unlock()
+		if c.closedByDriver() {
+			c.c.Close()
+			continue
+		}
 		return c, true, nil
 	}
-	wr.mu.Unlock()
 	c, err := wr.dialer.DialContext(ctx, "tcp", host)
 	if err != nil {
 		return nil, false, err
 	}
-	return &wireConn{c: c, br: bufio.NewReaderSize(c, 4096), bw: bufio.NewWriterSize(c, 4096)}, false, nil
+	wc := &wireConn{c: c, br: bufio.NewReaderSize(c, 4096), bw: bufio.NewWriterSize(c, 4096)}
+	if sc, ok := c.(syscall.Conn); ok {
+		wc.rc, _ = sc.SyscallConn()
+	}
+	return wc, false, nil
+}
+
+// closedByDriver says whether an idle connection was closed (or reset) by the
+// driver, or has bytes nobody asked for: a look without waiting (MSG_PEEK,
+// MSG_DONTWAIT), one system call. A command must not be sent on such a
+// connection: only a request that is safe to repeat may be sent again when a
+// connection breaks before its answer, since the driver may have carried it
+// out (a click, a window closed).
+func (c *wireConn) closedByDriver() bool {
+	if c.br.Buffered() > 0 {
+		return true
+	}
+	if c.rc == nil {
+		return false
+	}
+	dead := false
+	_ = c.rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		dead = n > 0 || (err == nil && n == 0) || (err != nil && err != syscall.EAGAIN && err != syscall.EINTR)
+		return true
+	})
+	return dead
 }
 
 func (wr *wire) put(host string, c *wireConn) {
@@ -130,8 +167,17 @@ func (wr *wire) closeIdle(host string) {
 }
 
 // errNothingRead is a request whose connection broke before a byte of the answer
-// arrived: on a reused connection, it is sent again on a new one.
-var errNothingRead = errors.New("the driver closed the connection before answering")
+// arrived; errNotSent one whose connection broke while it was being written,
+// so the driver has no whole request. On a reused connection a request not
+// sent, or one safe to repeat (GET, HEAD), is sent again on a new one.
+var (
+	errNothingRead = errors.New("the driver closed the connection before answering")
+	errNotSent     = errors.New("the connection to the driver broke while the request was sent")
+)
+
+// replayable is a request the driver may be sent twice: W3C WebDriver's GET
+// commands read state; every other method may act (a click, a window closed).
+func replayable(method string) bool { return method == http.MethodGet || method == http.MethodHead }
 
 // do sends one request and copies the answer into w. It returns an error only
 // while nothing has been written to w; after that, a broken answer panics
@@ -146,7 +192,8 @@ func (wr *wire) do(ctx context.Context, w http.ResponseWriter, method, host, uri
 		if err != nil && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if err == nil || !reused || !errors.Is(err, errNothingRead) || attempt > 0 {
+		if err == nil || !reused || attempt > 0 ||
+			!(errors.Is(err, errNotSent) || (errors.Is(err, errNothingRead) && replayable(method))) {
 			return err
 		}
 	}
@@ -188,7 +235,7 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 	bw.WriteString("\r\n")
 	bw.Write(body)
 	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("%w: %v", errNothingRead, err)
+		return fmt.Errorf("%w: %v", errNotSent, err)
 	}
 
 	br := c.br

@@ -12,7 +12,9 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // rawDriver answers each request on a connection with the next of answers (raw
@@ -59,6 +61,17 @@ func rawDriver(t *testing.T, answers []string, closeAfter []bool) (string, *atom
 
 func wireGet(t *testing.T, wr *wire, host string) (*httptest.ResponseRecorder, error, bool) {
 	t.Helper()
+	return wireDo(t, wr, host, "POST")
+}
+
+// wireDo sends one command with the given method.
+func wireDo(t *testing.T, wr *wire, host, method string) (*httptest.ResponseRecorder, error, bool) {
+	t.Helper()
+	var body []byte
+	var hdr http.Header
+	if method == "POST" {
+		body, hdr = []byte(`{"url":"x"}`), http.Header{"Content-Type": {"application/json"}}
+	}
 	rec := httptest.NewRecorder()
 	aborted := false
 	var err error
@@ -71,7 +84,7 @@ func wireGet(t *testing.T, wr *wire, host string) (*httptest.ResponseRecorder, e
 				aborted = true
 			}
 		}()
-		err = wr.do(context.Background(), rec, "POST", host, "/session/s/url", http.Header{"Content-Type": {"application/json"}}, []byte(`{"url":"x"}`))
+		err = wr.do(context.Background(), rec, method, host, "/session/s/url", hdr, body)
 	}()
 	return rec, err, aborted
 }
@@ -126,12 +139,66 @@ func TestWireStaleConnection(t *testing.T) {
 	if wr.total != 1 {
 		t.Fatalf("%d idle connections, want the first one kept", wr.total)
 	}
+	// The driver's close reaches the hub before the next command is sent
+	// (the next read sees it); a POST is then never sent on it.
+	waitClosed(t, wr.idle[host][0].c)
 	rec, err, _ := wireGet(t, wr, host)
 	if err != nil || rec.Body.String() != "[]" {
 		t.Fatalf("after a stale connection: %v %q", err, rec.Body.String())
 	}
 	if n := conns.Load(); n != 2 {
 		t.Fatalf("%d connections, want 2", n)
+	}
+}
+
+// waitClosed waits until the peer's close of c is there to read, without
+// reading it.
+func waitClosed(t *testing.T, c net.Conn) {
+	t.Helper()
+	rc, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	if err := rc.Read(func(fd uintptr) bool {
+		var b [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return n == 0 && err == nil
+	}); err != nil {
+		t.Fatalf("the driver's close never arrived: %v", err)
+	}
+}
+
+// A connection that breaks after the driver has a command but before its
+// answer: a POST (a click, a navigation) is never sent twice, since the driver
+// may have carried it out; a GET is sent again on a new connection.
+func TestWireNeverRepeatsACommandThatMayHaveActed(t *testing.T) {
+	for _, c := range []struct {
+		method    string
+		repeated  bool
+		wantConns int32
+	}{{"POST", false, 1}, {"DELETE", false, 1}, {"GET", true, 2}} {
+		host, conns := rawDriver(t, []string{
+			"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}",
+			"", // read whole, then the connection closed without an answer
+			"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]",
+		}, []bool{false, true, false})
+		wr := newWire()
+		if _, err, _ := wireDo(t, wr, host, c.method); err != nil {
+			t.Fatal(err)
+		}
+		rec, err, _ := wireDo(t, wr, host, c.method)
+		if c.repeated {
+			if err != nil || rec.Body.String() != "[]" {
+				t.Fatalf("%s: %v %q, want it sent again and answered", c.method, err, rec.Body.String())
+			}
+		} else if err == nil || !errors.Is(err, errNothingRead) {
+			t.Fatalf("%s: %v %q, want the broken connection's error, not a second sending", c.method, err, rec.Body.String())
+		}
+		if n := conns.Load(); n != c.wantConns {
+			t.Fatalf("%s: %d connections, want %d", c.method, n, c.wantConns)
+		}
 	}
 }
 
