@@ -48,8 +48,13 @@ const (
 )
 
 type wireConn struct {
-	c     net.Conn
-	rc    syscall.RawConn // nil when c has no descriptor
+	c  net.Conn
+	rc syscall.RawConn // nil when c has no descriptor
+	// peek is closedByDriver's look, bound once per connection so that a
+	// command allocates nothing for it; it sets dead.
+	peek  func(fd uintptr) bool
+	dead  bool
+	peekB [1]byte
 	br    *bufio.Reader
 	bw    *bufio.Writer
 	since time.Time // idle since
@@ -89,6 +94,7 @@ func (wr *wire) get(ctx context.Context, host string) (*wireConn, bool, error) {
 	wc := &wireConn{c: c, br: bufio.NewReaderSize(c, 4096), bw: bufio.NewWriterSize(c, 4096)}
 	if sc, ok := c.(syscall.Conn); ok {
 		wc.rc, _ = sc.SyscallConn()
+		wc.peek = wc.look
 	}
 	return wc, false, nil
 }
@@ -106,14 +112,15 @@ func (c *wireConn) closedByDriver() bool {
 	if c.rc == nil {
 		return false
 	}
-	dead := false
-	_ = c.rc.Read(func(fd uintptr) bool {
-		var b [1]byte
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		dead = n > 0 || (err == nil && n == 0) || (err != nil && err != syscall.EAGAIN && err != syscall.EINTR)
-		return true
-	})
-	return dead
+	c.dead = false
+	_ = c.rc.Read(c.peek)
+	return c.dead
+}
+
+func (c *wireConn) look(fd uintptr) bool {
+	n, _, err := syscall.Recvfrom(int(fd), c.peekB[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	c.dead = n > 0 || (err == nil && n == 0) || (err != nil && err != syscall.EAGAIN && err != syscall.EINTR)
+	return true
 }
 
 func (wr *wire) put(host string, c *wireConn) {
