@@ -27,10 +27,23 @@ type Watcher struct {
 // descriptor, or one the kernel will not register, is watched by a goroutine
 // reading it instead.
 func (w *Watcher) Watch(c net.Conn, gone func()) (stop func()) {
-	if stop, ok := w.watch(c, gone); ok {
+	if stop, ok := w.watch(c, gone, false); ok {
 		return stop
 	}
 	return watchByReading(c, gone)
+}
+
+// WatchReadable calls ready, once, on a goroutine of the watcher's, when c has
+// bytes to read or its peer has gone: the moment a new connection is worth a
+// reader. stop ends the watch and must be called before c is closed unless
+// ready has run. A connection the watcher cannot register is ready at once
+// (ready runs before WatchReadable returns).
+func (w *Watcher) WatchReadable(c net.Conn, ready func()) (stop func()) {
+	if stop, ok := w.watch(c, ready, true); ok {
+		return stop
+	}
+	ready()
+	return func() {}
 }
 
 // watchByReading watches with a goroutine that reads c: the portable way, and

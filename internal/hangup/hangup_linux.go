@@ -156,7 +156,7 @@ func rawConn(c net.Conn) (syscall.RawConn, bool) {
 	return rc, err == nil
 }
 
-func (w *Watcher) watch(c net.Conn, gone func()) (func(), bool) {
+func (w *Watcher) watch(c net.Conn, gone func(), readable bool) (func(), bool) {
 	rc, ok := rawConn(c)
 	if !ok {
 		return nil, false
@@ -186,6 +186,9 @@ func (w *Watcher) watch(c net.Conn, gone func()) (func(), bool) {
 	var ctlErr error
 	err := rc.Control(func(fd uintptr) {
 		ev := syscall.EpollEvent{Events: syscall.EPOLLRDHUP | syscall.EPOLLONESHOT, Fd: key}
+		if readable {
+			ev.Events |= syscall.EPOLLIN
+		}
 		ctlErr = syscall.EpollCtl(in.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
 	})
 	if err == nil {

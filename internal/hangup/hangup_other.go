@@ -6,4 +6,4 @@ import "net"
 
 type instance struct{}
 
-func (w *Watcher) watch(net.Conn, func()) (func(), bool) { return nil, false }
+func (w *Watcher) watch(net.Conn, func(), bool) (func(), bool) { return nil, false }

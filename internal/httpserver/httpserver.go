@@ -76,6 +76,7 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]*conn
+	gate  *gate // nil before Serve
 }
 
 // conn is what the server knows of one connection.
@@ -152,8 +153,14 @@ func RaiseFileLimit() int {
 // FileLimit is the descriptor limit the server works within.
 func (s *Server) FileLimit() int { return s.limit }
 
-// Serve serves on ln until Shutdown; TLS when configured.
+// Serve serves on ln until Shutdown; TLS when configured. A connection reaches
+// the HTTP server once its client has sent something (gate.go).
 func (s *Server) Serve(ln net.Listener) error {
+	g := newGate(ln, s.opts.HeaderTimeout, s.gateHeld)
+	s.mu.Lock()
+	s.gate = g
+	s.mu.Unlock()
+	ln = g
 	var err error
 	if s.opts.TLSCert != "" {
 		err = s.srv.ServeTLS(ln, s.opts.TLSCert, s.opts.TLSKey)
@@ -184,18 +191,49 @@ func (s *Server) track(c net.Conn, st http.ConnState) {
 		}
 	}
 	n := len(s.conns)
+	g := s.gate
 	s.mu.Unlock()
+	if g != nil && st != http.StateNew && st != http.StateActive {
+		// The first request is done (idle, hijacked, closed): the gate may
+		// hand over the next arrival.
+		raw := c
+		if tc, ok := c.(*tls.Conn); ok {
+			raw = tc.NetConn()
+		}
+		g.arrived(raw)
+	}
+	if st == http.StateNew && g != nil {
+		n += g.count()
+	}
 	if st == http.StateNew && n >= s.limit-s.opts.Reserve {
 		s.shed()
 	}
 }
 
+// gateHeld is told how many connections the gate holds after an accept, or -1
+// when accepting failed for want of descriptors: both may call for shedding.
+func (s *Server) gateHeld(held int) {
+	s.mu.Lock()
+	n := len(s.conns)
+	s.mu.Unlock()
+	if held < 0 || n+held >= s.limit-s.opts.Reserve {
+		s.shed()
+	}
+}
+
 // shed closes the connections that do no work, so that descriptors go to those
-// that do: idle keep-alive connections, connections that have sent no complete
-// headers for a second, and requests whose body has trickled for a second.
-// Queued clients, whose bodies are read, and running commands are kept.
+// that do: idle keep-alive connections, connections that have sent nothing or
+// no complete headers for a second, and requests whose body has trickled for a
+// second. Queued clients, whose bodies are read, and running commands are kept.
 func (s *Server) shed() {
 	now := time.Now()
+	shedHeld := 0
+	s.mu.Lock()
+	g := s.gate
+	s.mu.Unlock()
+	if g != nil {
+		shedHeld = g.shed(now.Add(-time.Second))
+	}
 	s.mu.Lock()
 	var victims []*conn
 	for _, c := range s.conns {
@@ -211,8 +249,8 @@ func (s *Server) shed() {
 	for _, c := range victims {
 		_ = c.c.Close()
 	}
-	if len(victims) > 0 {
-		logtag.Event(s.log, slog.LevelWarn, "", "CONNECTIONS_SHED", fmt.Sprintf("%d idle or slow connections closed", len(victims)),
+	if n := len(victims) + shedHeld; n > 0 {
+		logtag.Event(s.log, slog.LevelWarn, "", "CONNECTIONS_SHED", fmt.Sprintf("%d idle or slow connections closed", n),
 			fmt.Sprintf("descriptors near the limit of %d", s.limit))
 	}
 }
