@@ -168,11 +168,7 @@ func (g *gate) hold(c net.Conn) {
 // pass hands a connection with something to read to the HTTP server.
 func (g *gate) pass(c net.Conn) {
 	g.mu.Lock()
-	h, ok := g.pending[c]
-	if ok {
-		delete(g.pending, c)
-		h.timer.Stop()
-	}
+	_, ok := g.unholdLocked(c)
 	g.mu.Unlock()
 	if !ok {
 		return
@@ -194,6 +190,17 @@ func (g *gate) pass(c net.Conn) {
 	}
 }
 
+// unholdLocked takes c out of the held connections, its timer stopped; g.mu
+// is held. Whoever gets ok is the one to pass or close c.
+func (g *gate) unholdLocked(c net.Conn) (*heldConn, bool) {
+	h, ok := g.pending[c]
+	if ok {
+		delete(g.pending, c)
+		h.timer.Stop()
+	}
+	return h, ok
+}
+
 // arrived gives back the slot of a connection whose first request is done or
 // has had its arrivalGrace; later calls for it do nothing.
 func (g *gate) arrived(c net.Conn) {
@@ -212,11 +219,9 @@ func (g *gate) arrived(c net.Conn) {
 // drop closes a held connection (timed out, shed, or the gate closed).
 func (g *gate) drop(c net.Conn) {
 	g.mu.Lock()
-	h, ok := g.pending[c]
+	h, ok := g.unholdLocked(c)
 	var stop func()
 	if ok {
-		delete(g.pending, c)
-		h.timer.Stop()
 		if stop = h.stop; stop == nil {
 			h.dropped = true
 		}
