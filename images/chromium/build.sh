@@ -21,6 +21,20 @@ mkdir -p "$root/etc/websummoner"
 chroot "$root" x11vnc -storepasswd selenoid /etc/websummoner/vncpasswd >/dev/null 2>&1
 debian_root_done
 install -m 0755 entrypoint.sh "$root/usr/local/bin/entrypoint"
+# chromedriver runs /usr/lib/chromium/chromium itself (since Debian's 156, not
+# the /usr/bin/chromium wrapper that reads /etc/chromium.d), so the flags the
+# image's screen needs go in at that path: a wrapper in front of the real
+# binary, which finds its resources next to itself (/proc/self/exe).
+mv "$root/usr/lib/chromium/chromium" "$root/usr/lib/chromium/chromium.bin"
+cat > "$root/usr/lib/chromium/chromium" <<'WRAPPER'
+#!/bin/sh
+# The flags the entrypoint wrote for this container's screen, before the
+# driver's: a client's own --window-size comes later and wins.
+flags=
+[ -r /etc/websummoner/chromium-flags ] && flags=$(cat /etc/websummoner/chromium-flags)
+exec /usr/lib/chromium/chromium.bin $flags "$@"
+WRAPPER
+chmod 0755 "$root/usr/lib/chromium/chromium"
 # The file server of Selenoid's contract (port 8080), built from this repo.
 (cd ../.. && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$root/usr/local/bin/fileserver" ./cmd/fileserver)
 mkdir -p "$root/home/selenium/Downloads"

@@ -18,11 +18,10 @@ export DISPLAY=:99
 Xvfb :99 -screen 0 "$res" -nolisten tcp -noreset >/dev/null 2>&1 &
 i=0
 while [ ! -e /tmp/.X11-unix/X99 ] && [ $i -lt 200 ]; do sleep 0.025; i=$((i+1)); done
-# The browser's window fills the screen. Debian's chromium wrapper reads its
-# flags from /etc/chromium.d (it resets CHROMIUM_FLAGS from the environment) and
-# puts them before the driver's arguments, so a client's own --window-size wins.
-echo "export CHROMIUM_FLAGS=\"\$CHROMIUM_FLAGS --window-position=0,0 --window-size=$width,$height\"" \
-  > /etc/chromium.d/websummoner-screen 2>/dev/null
+# The browser's window fills the screen: the image's wrapper at
+# /usr/lib/chromium/chromium (build.sh) puts these before the driver's
+# arguments, so a client's own --window-size wins.
+echo "--window-position=0,0 --window-size=$width,$height" > /etc/websummoner/chromium-flags
 if [ "$ENABLE_VNC" = true ]; then
   x11vnc -display :99 -rfbport 5900 -rfbauth /etc/websummoner/vncpasswd -forever -shared -quiet -noxdamage >/dev/null 2>&1 &
 fi
