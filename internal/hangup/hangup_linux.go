@@ -26,7 +26,7 @@ import (
 // instance is one epoll descriptor, its wake-up pipe and what it watches.
 type instance struct {
 	ep           *os.File // the epoll descriptor, non-blocking, in Go's poller
-	epfd         int
+	epfd         int      // ep's descriptor, for epoll_ctl (ep.Fd would make it blocking)
 	wakeR, wakeW *os.File // a byte on the pipe wakes the loop to look again
 	byKey        map[int32]func()
 	done         chan struct{} // closed when the loop has closed the instance

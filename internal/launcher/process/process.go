@@ -213,7 +213,7 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	}
 	req := &spawnReq{
 		path: path,
-		argv: append(append([]string{argv[0]}, argv[1:]...), "--port="+strconv.Itoa(port)),
+		argv: append(append([]string(nil), argv...), "--port="+strconv.Itoa(port)),
 		// The session's environment over the hub's own; exec keeps the last of a name.
 		env: append(append(os.Environ(), launcher.Env(r)...), MarkerEnv+"="+inst.marker),
 	}

@@ -67,15 +67,13 @@ func newSpawner() (*spawner, error) {
 		s.stop()
 		return nil, err
 	}
-	r := &spawnReq{out: int(pw.Fd()), done: make(chan struct{}), probe: &got}
-	s.reqs <- r
-	<-r.done
-	if r.err == nil && (got.Ino != want.Ino || got.Dev != want.Dev) {
-		r.err = errors.New("pidfd_getfd copied another file than the one asked for")
+	_, err = s.start(&spawnReq{out: int(pw.Fd()), probe: &got})
+	if err == nil && (got.Ino != want.Ino || got.Dev != want.Dev) {
+		err = errors.New("pidfd_getfd copied another file than the one asked for")
 	}
-	if r.err != nil {
+	if err != nil {
 		s.stop()
-		return nil, r.err
+		return nil, err
 	}
 	return s, nil
 }
