@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,22 +18,37 @@ import (
 )
 
 func main() {
+	if spec := os.Getenv(bench.RelayEnv); spec != "" {
+		// The proxy scenario's relay: this binary, re-run as a separate process.
+		fmt.Fprintln(os.Stderr, "wsbench relay:", bench.Relay(spec))
+		os.Exit(1)
+	}
 	short := flag.Bool("short", false, "run every scenario for seconds (a smoke test)")
 	only := flag.String("scenario", "all", "proxy, churn, waiters, jam, stampede, soak, or all (comma-separated)")
 	soakFor := flag.Duration("soak", 60*time.Minute, "how long the soak scenario runs (full mode; 2m with -short)")
 	out := flag.String("out", "", "write the JSON results and SVG charts to this directory")
 	churnFor := flag.Duration("churn", time.Minute, "how long each churn run lasts (full mode): the floor and the hub (in four alternating turns), and at 4 clients the hub beside 2,000 sleeping processes")
 	waiters := flag.Int("waiters", 10000, "waiting requests in the waiters scenario (full mode; also run at 1,000 for the hand-off's flatness; 15000 is the moonshot row)")
+	sessions := flag.String("sessions", "1,4,32", "the proxy scenario's session counts (comma-separated; the targets are set at 1, 4 and 32)")
 	flag.Parse()
+	var concs []int
+	for f := range strings.SplitSeq(*sessions, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 64 {
+			fmt.Fprintf(os.Stderr, "wsbench: -sessions %q: want counts from 1 to 64, comma-separated\n", *sessions)
+			os.Exit(2)
+		}
+		concs = append(concs, n)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *short, *only, *out, *churnFor, *waiters, *soakFor); err != nil {
+	if err := run(ctx, *short, *only, *out, *churnFor, *waiters, *soakFor, concs); err != nil {
 		fmt.Fprintln(os.Stderr, "wsbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, short bool, only, out string, churnFor time.Duration, waiters int, soakFor time.Duration) error {
+func run(ctx context.Context, short bool, only, out string, churnFor time.Duration, waiters int, soakFor time.Duration, concs []int) error {
 	dir, err := os.MkdirTemp("", "wsbench")
 	if err != nil {
 		return err
@@ -42,7 +58,11 @@ func run(ctx context.Context, short bool, only, out string, churnFor time.Durati
 	if err != nil {
 		return err
 	}
-	env := &bench.Env{Hub: hub, Stub: stub, Short: short, Dir: dir, Log: os.Stderr}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	env := &bench.Env{Hub: hub, Stub: stub, Self: self, Short: short, Dir: dir, Log: os.Stderr}
 	want := func(s string) bool { return only == "all" || strings.Contains(","+only+",", ","+s+",") }
 	if out != "" {
 		if err := os.MkdirAll(out, 0o755); err != nil {
@@ -57,7 +77,6 @@ func run(ctx context.Context, short bool, only, out string, churnFor time.Durati
 		}
 		return err
 	}
-	concs := []int{1, 4, 32}
 	if want("proxy") {
 		r, err := env.Proxy(ctx, concs)
 		if err := keep(r, err); err != nil {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -111,12 +112,35 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 			hubIDs[i] = hub.url + "/wd/hub\x00" + id
 		}
 		hubStubs := hubDrivers(hub.pid())
-		// Direct and through the hub take turns, rounds times each, so that
-		// whatever else the machine does in the window weighs on both alike.
+		// The relay: the cheapest proxy, for what one extra hop costs by itself.
+		var relay *proc
+		var relayed []string
+		if e.Self != "" {
+			var spec []string
+			first := 0
+			for i, s := range stubs {
+				port, err := freePort()
+				if err != nil {
+					return nil, err
+				}
+				first = cmp.Or(first, port)
+				spec = append(spec, fmt.Sprintf("%d=%s", port, strings.TrimPrefix(s.url, "http://")))
+				_, id, _ := strings.Cut(direct[i], "\x00")
+				relayed = append(relayed, fmt.Sprintf("http://127.0.0.1:%d\x00%s", port, id))
+			}
+			relay, err = e.start(ctx, e.Self, nil, first, "listening", RelayEnv+"="+strings.Join(spec, ","))
+			if err != nil {
+				return nil, fmt.Errorf("starting the relay: %w", err)
+			}
+		}
+		// Direct, through the relay and through the hub take turns, rounds
+		// times each, so that whatever else the machine does in the window
+		// weighs on all alike.
 		var (
-			dl, hl                           []time.Duration
-			de, he                           time.Duration
+			dl, rl, hl                       []time.Duration
+			de, re, he                       time.Duration
 			selfD, stubD, selfH, hubH, stubH float64
+			selfR, stubR, relayR             float64
 		)
 		for range rounds {
 			self0, stub0 := cpuSeconds(os.Getpid()), stubCPU()
@@ -126,6 +150,15 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 				return nil, err
 			}
 			dl, de = append(dl, l...), de+el
+			if relay != nil {
+				self0, stub0, relay0 := cpuSeconds(os.Getpid()), stubCPU(), cpuSeconds(relay.pid())
+				l, el, err = loop(relayed, d/time.Duration(rounds), maxCmds/rounds)
+				selfR, stubR, relayR = selfR+cpuSeconds(os.Getpid())-self0, stubR+stubCPU()-stub0, relayR+cpuSeconds(relay.pid())-relay0
+				if err != nil {
+					return nil, fmt.Errorf("through the relay: %w", err)
+				}
+				rl, re = append(rl, l...), re+el
+			}
 			self0, hub0, stub0 := cpuSeconds(os.Getpid()), cpuSeconds(hub.pid()), sumCPU(hubStubs)
 			l, el, err = loop(hubIDs, d/time.Duration(rounds), maxCmds/rounds)
 			selfH, hubH, stubH = selfH+cpuSeconds(os.Getpid())-self0, hubH+cpuSeconds(hub.pid())-hub0, stubH+sumCPU(hubStubs)-stub0
@@ -135,9 +168,13 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 			hl, he = append(hl, l...), he+el
 		}
 		sortDurations(dl)
+		sortDurations(rl)
 		sortDurations(hl)
 		for _, s := range stubs {
 			s.stop()
+		}
+		if relay != nil {
+			relay.stop()
 		}
 		us := func(sec float64, n int) string { return fmt.Sprintf("%.0f", sec/float64(max(n, 1))*1e6) }
 		r.Notes = append(r.Notes, fmt.Sprintf("%d sessions, CPU µs per command (clients / drivers / hub): direct %s / %s, via the hub %s / %s / %s",
@@ -148,7 +185,19 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 		o99 := percentile(hl, 99) - percentile(dl, 99)
 		cs := strconv.Itoa(c)
 		r.Rows = append(r.Rows,
-			[]string{cs, "direct", fmt.Sprintf("%.0f", float64(len(dl))/de.Seconds()), ms(percentile(dl, 50)), ms(percentile(dl, 95)), ms(percentile(dl, 99)), "", ""},
+			[]string{cs, "direct", fmt.Sprintf("%.0f", float64(len(dl))/de.Seconds()), ms(percentile(dl, 50)), ms(percentile(dl, 95)), ms(percentile(dl, 99)), "", ""})
+		if relay != nil {
+			r.Notes = append(r.Notes, fmt.Sprintf("%d sessions, CPU µs per command through the relay (clients / drivers / relay): %s / %s / %s",
+				c, us(selfR, len(rl)), us(stubR, len(rl)), us(relayR, len(rl))))
+			r.Figures[fmt.Sprintf("c%d_relay_cpu_us_per_cmd", c)] = relayR / float64(max(len(rl), 1)) * 1e6
+			r.Figures[fmt.Sprintf("c%d_relay_p50_ms", c)] = float64(percentile(rl, 50)) / 1e6
+			r.Figures[fmt.Sprintf("c%d_relay_p99_ms", c)] = float64(percentile(rl, 99)) / 1e6
+			r.Figures[fmt.Sprintf("c%d_relay_ratio_p50", c)] = float64(percentile(rl, 50)) / float64(percentile(dl, 50))
+			r.Figures[fmt.Sprintf("c%d_hub_over_relay_p50", c)] = float64(percentile(hl, 50)) / float64(percentile(rl, 50))
+			r.Rows = append(r.Rows, []string{cs, "relay", fmt.Sprintf("%.0f", float64(len(rl))/re.Seconds()), ms(percentile(rl, 50)), ms(percentile(rl, 95)), ms(percentile(rl, 99)),
+				fmt.Sprintf("%.0f", float64(percentile(rl, 50)-percentile(dl, 50))/1e3), fmt.Sprintf("%.0f", float64(percentile(rl, 99)-percentile(dl, 99))/1e3)})
+		}
+		r.Rows = append(r.Rows,
 			[]string{cs, "hub", fmt.Sprintf("%.0f", float64(len(hl))/he.Seconds()), ms(percentile(hl, 50)), ms(percentile(hl, 95)), ms(percentile(hl, 99)),
 				fmt.Sprintf("%.0f", float64(o50)/1e3), fmt.Sprintf("%.0f", float64(o99)/1e3)})
 		for k, v := range map[string]time.Duration{"direct_p50": percentile(dl, 50), "direct_p95": percentile(dl, 95), "direct_p99": percentile(dl, 99),

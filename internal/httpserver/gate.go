@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/websummoner/websummoner/internal/hangup"
+	"github.com/websummoner/websummoner/internal/rawwrite"
 )
 
 // gate hands Go's HTTP server a connection only once its client has sent
@@ -134,7 +135,9 @@ func (g *gate) acceptLoop() {
 			return
 		}
 		delay = 0
-		g.hold(c)
+		// Responses are written with a raw write (see package rawwrite); the
+		// wrapped connection is the one the server and every map here see.
+		g.hold(rawwrite.Wrap(c))
 	}
 }
 

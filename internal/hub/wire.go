@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/websummoner/websummoner/internal/rawwrite"
 )
 
 // wire is the hub's HTTP/1.1 client for commands to drivers, used instead of
@@ -91,6 +93,7 @@ func (wr *wire) get(ctx context.Context, host string) (*wireConn, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
+	c = rawwrite.Wrap(c) // see the package: a command's write keeps its P
 	wc := &wireConn{c: c, br: bufio.NewReaderSize(c, 4096), bw: bufio.NewWriterSize(c, 4096)}
 	if sc, ok := c.(syscall.Conn); ok {
 		wc.rc, _ = sc.SyscallConn()

@@ -1,0 +1,67 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+)
+
+// RelayEnv names the environment variable that turns the load tool's binary
+// into a byte relay (see Relay): "port=host:port,..." — each port on 127.0.0.1
+// relayed to its target.
+const RelayEnv = "WSBENCH_RELAY"
+
+// Relay is the cheapest proxy a Go process can be: one listener per driver,
+// and every accepted connection copied both ways to a connection of its own to
+// that driver (io.Copy between TCP connections, which Linux does with
+// splice(2)). It reads no HTTP at all, so the proxy scenario's relay row is
+// what one extra loopback hop costs by itself; the hub's row over the relay's
+// is what the hub's own work adds. It runs as a separate process, as the hub
+// does, with the hub's default GOMAXPROCS, and prints "listening" once every
+// listener is open. It returns only on error.
+func Relay(spec string) error {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/4)) // the hub's -max-procs default
+	}
+	for pair := range strings.SplitSeq(spec, ",") {
+		port, target, ok := strings.Cut(pair, "=")
+		if _, err := strconv.Atoi(port); !ok || err != nil || !strings.HasPrefix(target, "127.0.0.1:") {
+			return fmt.Errorf("%s: %q is not port=127.0.0.1:port", RelayEnv, pair)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+port)
+		if err != nil {
+			return err
+		}
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go relayConn(c, target)
+			}
+		}()
+	}
+	fmt.Println("relay listening")
+	<-context.Background().Done()
+	return nil
+}
+
+func relayConn(c net.Conn, target string) {
+	defer c.Close()
+	d, err := net.Dial("tcp", target)
+	if err != nil {
+		return
+	}
+	defer d.Close()
+	go func() {
+		io.Copy(d, c)
+		d.(*net.TCPConn).CloseWrite()
+	}()
+	io.Copy(c, d)
+}

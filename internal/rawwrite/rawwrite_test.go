@@ -1,0 +1,176 @@
+package rawwrite
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// pair returns a wrapped client connection and the server's end of it, on
+// loopback. The tests wrap even in race-detector builds (wrap, not Wrap), so
+// the raw path is what runs under the detector.
+func pair(t *testing.T) (*Conn, net.Conn) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, ok := <-accepted
+	if !ok {
+		t.Fatal("accept failed")
+	}
+	w, ok := wrap(c).(*Conn)
+	if !ok {
+		t.Fatalf("wrap(%T) is not a *Conn", c)
+	}
+	t.Cleanup(func() { w.Close(); s.Close() })
+	return w, s
+}
+
+// More than the socket's buffers hold, so that the write must wait in the
+// poller for the reader, more than once: every byte arrives, in order.
+func TestWriteAllThroughAFullSocket(t *testing.T) {
+	w, s := pair(t)
+	want := make([]byte, 16<<20)
+	for i := range want {
+		want[i] = byte(i * 7 / 5)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(s)
+		got <- b
+	}()
+	n, err := w.Write(want)
+	if err != nil || n != len(want) {
+		t.Fatalf("Write = %d, %v; want %d, nil", n, err, len(want))
+	}
+	w.CloseWrite() // promoted from *net.TCPConn
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("the reader got %d bytes, not the %d written (or not in order)", len(b), len(want))
+	}
+}
+
+// A peer that never reads: the write deadline ends the Write, with the error
+// net.TCPConn gives.
+func TestWriteDeadline(t *testing.T) {
+	w, _ := pair(t)
+	w.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	n, err := w.Write(make([]byte, 64<<20))
+	if !errors.Is(err, os.ErrDeadlineExceeded) || n >= 64<<20 {
+		t.Fatalf("Write past the deadline = %d, %v; want a partial write and os.ErrDeadlineExceeded", n, err)
+	}
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "write" || op.Net != "tcp" || op.Addr == nil {
+		t.Fatalf("error %#v: want a *net.OpError of a tcp write with its addresses", err)
+	}
+}
+
+func TestWriteAfterClose(t *testing.T) {
+	w, _ := pair(t)
+	w.Close()
+	if _, err := w.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Write after Close: %v, want net.ErrClosed", err)
+	}
+}
+
+// A peer that reset the connection: the write fails with the system's error
+// (and the process is not killed by SIGPIPE).
+func TestWriteToAResetPeer(t *testing.T) {
+	w, s := pair(t)
+	s.(*net.TCPConn).SetLinger(0)
+	s.Close() // RST
+	var err error
+	for range 100 { // the first write may be taken before the RST is seen
+		if _, err = w.Write(make([]byte, 4096)); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("writes to a reset peer ended with %v, want ECONNRESET or EPIPE", err)
+	}
+}
+
+// Writes from several goroutines, as a hijacked WebSocket has, never
+// interleave: each Write's bytes arrive together.
+func TestConcurrentWritesDoNotInterleave(t *testing.T) {
+	w, s := pair(t)
+	const block, each, writers = 64 << 10, 50, 4
+	var wg sync.WaitGroup
+	for g := range writers {
+		wg.Go(func() {
+			b := bytes.Repeat([]byte{byte('a' + g)}, block)
+			for range each {
+				if _, err := w.Write(b); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	go func() { wg.Wait(); w.CloseWrite() }()
+	buf := make([]byte, block)
+	blocks := 0
+	for {
+		if _, err := io.ReadFull(s, buf); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Count(buf, buf[:1]) != block {
+			t.Fatalf("block %d mixes two writers' bytes", blocks)
+		}
+		blocks++
+	}
+	if blocks != writers*each {
+		t.Fatalf("%d blocks arrived, want %d", blocks, writers*each)
+	}
+}
+
+// A Write allocates nothing: it is on every command's path.
+func TestWriteAllocatesNothing(t *testing.T) {
+	w, s := pair(t)
+	go io.Copy(io.Discard, s)
+	p := []byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+	if a := testing.AllocsPerRun(100, func() { w.Write(p) }); a != 0 {
+		t.Fatalf("%v allocations per Write, want 0", a)
+	}
+}
+
+// What Wrap keeps: a TCP connection stays a syscall.Conn (the hang-up watch
+// and the wire need its descriptor); anything else is returned as it is.
+func TestWrap(t *testing.T) {
+	w, _ := pair(t)
+	var c net.Conn = w
+	if _, ok := c.(syscall.Conn); !ok {
+		t.Fatal("a wrapped connection is no longer a syscall.Conn")
+	}
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if wrap(a) != a {
+		t.Fatal("a connection that is not TCP was wrapped")
+	}
+	if got := Wrap(w.TCPConn); raceEnabled != (got == net.Conn(w.TCPConn)) {
+		t.Fatalf("Wrap in a build with the race detector %v returned %T", raceEnabled, got)
+	}
+}
