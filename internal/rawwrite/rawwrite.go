@@ -24,6 +24,12 @@ import (
 	"unsafe"
 )
 
+// rawMax bounds what one raw write copies (tens of µs): a larger write — a
+// screenshot, a file, a burst of VNC frames — may keep the P long enough for
+// the hub's other goroutines to notice, so it takes Go's ordinary system-call
+// path, on which sysmon may lend the P to them meanwhile.
+const rawMax = 64 << 10
+
 // Conn is a TCP connection whose Write is a raw write; everything else is the
 // *net.TCPConn's, so it still offers SyscallConn, CloseWrite, ReadFrom and the
 // rest. Writes may come from several goroutines (a hijacked WebSocket is
@@ -87,7 +93,13 @@ func (c *Conn) Write(p []byte) (int, error) {
 // takes more.
 func (c *Conn) sendSome(fd uintptr) bool {
 	for c.n < len(c.p) {
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&c.p[c.n])), uintptr(len(c.p)-c.n))
+		var n uintptr
+		var e syscall.Errno
+		if len(c.p)-c.n <= rawMax {
+			n, _, e = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&c.p[c.n])), uintptr(len(c.p)-c.n))
+		} else {
+			n, _, e = syscall.Syscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&c.p[c.n])), uintptr(len(c.p)-c.n))
+		}
 		switch {
 		case e == syscall.EAGAIN:
 			return false
