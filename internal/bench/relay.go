@@ -25,14 +25,18 @@ const RelayEnv = "WSBENCH_RELAY"
 // does, with the hub's default GOMAXPROCS, and prints "listening" once every
 // listener is open. It returns only on error.
 func Relay(spec string) error {
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/4)) // the hub's -max-procs default
-	}
+	targets := map[string]string{}
 	for pair := range strings.SplitSeq(spec, ",") {
 		port, target, ok := strings.Cut(pair, "=")
 		if _, err := strconv.Atoi(port); !ok || err != nil || !strings.HasPrefix(target, "127.0.0.1:") {
 			return fmt.Errorf("%s: %q is not port=127.0.0.1:port", RelayEnv, pair)
 		}
+		targets[port] = target
+	}
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/4)) // the hub's -max-procs default
+	}
+	for port, target := range targets {
 		l, err := net.Listen("tcp", "127.0.0.1:"+port)
 		if err != nil {
 			return err

@@ -22,18 +22,18 @@ func (s *svg) save(path string) error {
 	return os.WriteFile(path, []byte(s.b.String()), 0o644)
 }
 
-// LatencyChart draws p50 and p99 command latency, direct and through the hub, per
-// concurrency, from a proxy Result.
+// LatencyChart draws p50 and p99 command latency, direct, through the byte
+// relay and through the hub, per concurrency, from a proxy Result.
 func LatencyChart(r *Result, concs []int, path string) error {
 	const w, h, left, bottom, top = 720, 380, 60, 320, 40
 	maxV := 0.0
 	for _, c := range concs {
-		for _, k := range []string{"direct_p50", "direct_p99", "hub_p50", "hub_p99"} {
+		for _, k := range []string{"direct_p50", "direct_p99", "relay_p50", "relay_p99", "hub_p50", "hub_p99"} {
 			maxV = max(maxV, r.Figures[fmt.Sprintf("c%d_%s_ms", c, k)])
 		}
 	}
 	maxV *= 1.15
-	s := newSVG(w, h, "WebDriver command latency: direct to the driver vs through the hub (same run)")
+	s := newSVG(w, h, "WebDriver command latency: direct, through a byte relay, through the hub (same run)")
 	s.add(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`, left, bottom, w-20, bottom)
 	s.add(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`, left, top, left, bottom)
 	for i := 0; i <= 4; i++ {
@@ -42,10 +42,10 @@ func LatencyChart(r *Result, concs []int, path string) error {
 		s.add(`<text x="%d" y="%d" text-anchor="end">%.2f</text><line x1="%d" y1="%d" x2="%d" y2="%d" stroke="#ddd"/>`, left-5, y+4, v, left, y, w-20, y)
 	}
 	s.add(`<text x="15" y="%d" transform="rotate(-90 15 %d)" text-anchor="middle">ms</text>`, (top+bottom)/2, (top+bottom)/2)
-	colors := map[string]string{"direct_p50": "#9ecae1", "direct_p99": "#3182bd", "hub_p50": "#fdae6b", "hub_p99": "#e6550d"}
-	keys := []string{"direct_p50", "direct_p99", "hub_p50", "hub_p99"}
+	colors := map[string]string{"direct_p50": "#9ecae1", "direct_p99": "#3182bd", "relay_p50": "#c7e9c0", "relay_p99": "#31a354", "hub_p50": "#fdae6b", "hub_p99": "#e6550d"}
+	keys := []string{"direct_p50", "direct_p99", "relay_p50", "relay_p99", "hub_p50", "hub_p99"}
 	group := (w - 20 - left) / len(concs)
-	bar := group / 6
+	bar := group / 8
 	for gi, c := range concs {
 		x0 := left + gi*group + bar
 		for ki, k := range keys {
@@ -53,10 +53,10 @@ func LatencyChart(r *Result, concs []int, path string) error {
 			bh := int(float64(bottom-top) * v / maxV)
 			s.add(`<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`, x0+ki*bar, bottom-bh, bar-2, bh, colors[k])
 		}
-		s.add(`<text x="%d" y="%d" text-anchor="middle">%d sessions</text>`, x0+2*bar, bottom+18, c)
+		s.add(`<text x="%d" y="%d" text-anchor="middle">%d sessions</text>`, x0+3*bar, bottom+18, c)
 	}
 	for i, k := range keys {
-		s.add(`<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`, left+10+i*150, h-22, colors[k], left+26+i*150, h-12, strings.ReplaceAll(k, "_", " "))
+		s.add(`<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>`, left+10+i*105, h-22, colors[k], left+26+i*105, h-12, strings.ReplaceAll(k, "_", " "))
 	}
 	return s.save(path)
 }
