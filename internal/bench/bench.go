@@ -162,7 +162,10 @@ func (p *proc) failures() string {
 	return string(b[max(0, len(b)-2048):])
 }
 
-// startHub runs the hub with browsers.json entries for the stub.
+// startHub runs the hub with browsers.json entries for the stub. For
+// comparisons, WSBENCH_HUB_ARGS adds flags to every hub the scenarios start
+// (after theirs, so they win) and WSBENCH_HUB_ENV sets its environment (both
+// split on spaces).
 func (e *Env) startHub(ctx context.Context, browsers string, args ...string) (*proc, error) {
 	conf := filepath.Join(e.Dir, fmt.Sprintf("browsers-%d.json", time.Now().UnixNano()))
 	if err := os.WriteFile(conf, []byte(browsers), 0o644); err != nil {
@@ -174,6 +177,7 @@ func (e *Env) startHub(ctx context.Context, browsers string, args ...string) (*p
 	}
 	all := append([]string{"-disable-docker", "-conf", conf, "-listen", fmt.Sprintf("127.0.0.1:%d", port),
 		"-instance", fmt.Sprintf("wsbench-%d", os.Getpid()), "-graceful-period", "1s"}, args...)
+	all = append(all, strings.Fields(os.Getenv("WSBENCH_HUB_ARGS"))...)
 	return e.start(ctx, e.Hub, all, port, "[INIT]", strings.Fields(os.Getenv("WSBENCH_HUB_ENV"))...)
 }
 
