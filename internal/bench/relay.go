@@ -31,6 +31,9 @@ func Relay(spec string) error {
 		if _, err := strconv.Atoi(port); !ok || err != nil || !strings.HasPrefix(target, "127.0.0.1:") {
 			return fmt.Errorf("%s: %q is not port=127.0.0.1:port", RelayEnv, pair)
 		}
+		if _, dup := targets[port]; dup {
+			return fmt.Errorf("%s: port %s is given twice", RelayEnv, port)
+		}
 		targets[port] = target
 	}
 	if os.Getenv("GOMAXPROCS") == "" {

@@ -50,7 +50,7 @@ func TestRelayConn(t *testing.T) {
 }
 
 func TestRelayRefusesOtherHosts(t *testing.T) {
-	for _, spec := range []string{"1=10.0.0.1:80", "x=127.0.0.1:80", "127.0.0.1:80"} {
+	for _, spec := range []string{"1=10.0.0.1:80", "x=127.0.0.1:80", "127.0.0.1:80", "1=127.0.0.1:80,1=127.0.0.1:81"} {
 		if err := Relay(spec); err == nil || !strings.Contains(err.Error(), RelayEnv) {
 			t.Fatalf("Relay(%q) = %v, want an error naming %s", spec, err, RelayEnv)
 		}

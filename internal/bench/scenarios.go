@@ -118,11 +118,16 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 		if e.Self != "" {
 			var spec []string
 			first := 0
+			taken := map[int]bool{}
 			for i, s := range stubs {
 				port, err := freePort()
+				for err == nil && taken[port] { // a port just closed may come again
+					port, err = freePort()
+				}
 				if err != nil {
 					return nil, err
 				}
+				taken[port] = true
 				first = cmp.Or(first, port)
 				spec = append(spec, fmt.Sprintf("%d=%s", port, strings.TrimPrefix(s.url, "http://")))
 				_, id, _ := strings.Cut(direct[i], "\x00")

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/websummoner/websummoner/internal/hangup"
-	"github.com/websummoner/websummoner/internal/rawwrite"
+	"github.com/websummoner/websummoner/internal/rawio"
 )
 
 // gate hands Go's HTTP server a connection only once its client has sent
@@ -135,9 +135,9 @@ func (g *gate) acceptLoop() {
 			return
 		}
 		delay = 0
-		// Responses are written with a raw write (see package rawwrite); the
+		// Requests are read and answers written with raw calls (package rawio); the
 		// wrapped connection is the one the server and every map here see.
-		g.hold(rawwrite.Wrap(c))
+		g.hold(rawio.Wrap(c))
 	}
 }
 

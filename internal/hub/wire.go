@@ -18,8 +18,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
-	"github.com/websummoner/websummoner/internal/rawwrite"
+	"github.com/websummoner/websummoner/internal/rawio"
 )
 
 // wire is the hub's HTTP/1.1 client for commands to drivers, used instead of
@@ -93,7 +94,7 @@ func (wr *wire) get(ctx context.Context, host string) (*wireConn, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	c = rawwrite.Wrap(c) // see the package: a command's write keeps its P
+	c = rawio.Wrap(c) // see the package: a command's reads and writes keep their P
 	wc := &wireConn{c: c, br: bufio.NewReaderSize(c, 4096), bw: bufio.NewWriterSize(c, 4096)}
 	if sc, ok := c.(syscall.Conn); ok {
 		wc.rc, _ = sc.SyscallConn()
@@ -121,8 +122,11 @@ func (c *wireConn) closedByDriver() bool {
 }
 
 func (c *wireConn) look(fd uintptr) bool {
-	n, _, err := syscall.Recvfrom(int(fd), c.peekB[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-	c.dead = n > 0 || (err == nil && n == 0) || (err != nil && err != syscall.EAGAIN && err != syscall.EINTR)
+	// Raw, as the connection's reads and writes are (package rawio): a look
+	// that cannot wait needs none of the scheduler's system-call path.
+	_, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&c.peekB[0])), 1,
+		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	c.dead = e != syscall.EAGAIN && e != syscall.EINTR // bytes, the driver's close, or an error
 	return true
 }
 

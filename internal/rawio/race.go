@@ -1,6 +1,6 @@
 //go:build race
 
-package rawwrite
+package rawio
 
 // raceEnabled leaves connections as they are in race-detector builds: Go's
 // own Write tells the detector that what happened before a write happened

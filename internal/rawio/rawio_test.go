@@ -1,4 +1,4 @@
-package rawwrite
+package rawio
 
 import (
 	"bytes"
@@ -172,5 +172,114 @@ func TestWrap(t *testing.T) {
 	}
 	if got := Wrap(w.TCPConn); raceEnabled != (got == net.Conn(w.TCPConn)) {
 		t.Fatalf("Wrap in a build with the race detector %v returned %T", raceEnabled, got)
+	}
+}
+
+// Reads: what was sent arrives whole and in order through small and large
+// buffers (the large ones take Go's ordinary path), then io.EOF.
+func TestReadAllThenEOF(t *testing.T) {
+	w, s := pair(t)
+	want := make([]byte, 4<<20)
+	for i := range want {
+		want[i] = byte(i * 13 / 7)
+	}
+	go func() {
+		s.Write(want)
+		s.Close()
+	}()
+	var got []byte
+	for i := 0; ; i++ {
+		buf := make([]byte, []int{1, 4096, 1 << 20}[i%3])
+		n, err := w.Read(buf)
+		got = append(got, buf[:n]...)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			t.Fatal("Read returned 0 bytes and no error")
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes, not the %d sent (or not in order)", len(got), len(want))
+	}
+	if n, err := w.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+		t.Fatalf("Read after the end = %d, %v; want 0, io.EOF", n, err)
+	}
+}
+
+// A Read waits in the poller for bytes (the deadline and Close cases always
+// do; the first, most often); its deadline and Close end the wait
+// with the errors net.TCPConn gives (what Go's HTTP server looks for).
+func TestReadWaitsDeadlineAndClose(t *testing.T) {
+	w, s := pair(t)
+	reading := make(chan struct{})
+	go func() {
+		<-reading // most often after the Read found nothing and waits
+		s.Write([]byte("late"))
+	}()
+	buf := make([]byte, 16)
+	close(reading)
+	if n, err := w.Read(buf); err != nil || string(buf[:n]) != "late" {
+		t.Fatalf("Read = %q, %v; want \"late\"", buf[:n], err)
+	}
+	w.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	_, err := w.Read(buf)
+	var op *net.OpError
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &op) || op.Op != "read" || !op.Timeout() {
+		t.Fatalf("Read past its deadline: %#v; want a *net.OpError of a read that timed out", err)
+	}
+	w.SetReadDeadline(time.Time{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.Read(buf)
+		done <- err
+	}()
+	w.Close()
+	if err := <-done; !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Read when closed: %v, want net.ErrClosed", err)
+	}
+	if n, err := w.Read(nil); n != 0 || err != nil {
+		t.Fatalf("an empty Read = %d, %v; want 0, nil", n, err)
+	}
+}
+
+// A Read allocates nothing either.
+func TestReadAllocatesNothing(t *testing.T) {
+	w, s := pair(t)
+	p := make([]byte, 64)
+	msg := []byte("GET /session/x/title HTTP/1.1\r\n\r\n")
+	if a := testing.AllocsPerRun(100, func() {
+		s.Write(msg)
+		io.ReadFull(w, p[:len(msg)])
+	}); a != 0 {
+		t.Fatalf("%v allocations per Read, want 0", a)
+	}
+}
+
+// One goroutine reading while others write, as on a hijacked WebSocket: an
+// echo through the peer comes back whole.
+func TestReadWhileWriting(t *testing.T) {
+	w, s := pair(t)
+	go io.Copy(s, s) // the peer echoes
+	const total = 8 << 20
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			b := bytes.Repeat([]byte{'x'}, total/2/64)
+			for range 64 {
+				if _, err := w.Write(b); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	n, err := io.CopyN(io.Discard, w, total)
+	wg.Wait()
+	if err != nil || n != total {
+		t.Fatalf("read back %d of %d bytes: %v", n, total, err)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build !race
 
-package rawwrite
+package rawio
 
 // raceEnabled: see race.go.
 const raceEnabled = false
