@@ -44,19 +44,30 @@ const rawMax = 64 << 10
 // by two), as on any net.Conn.
 type Conn struct {
 	*net.TCPConn
-	rc syscall.RawConn
+	// The raw connection's Read and Write, bound once, as are the ops'
+	// callbacks: a Read or Write allocates nothing.
+	rawRead, rawWrite func(func(fd uintptr) bool) error
+	r, w              op
+}
 
-	rmu  sync.Mutex // one Read at a time owns the fields below
-	recv func(fd uintptr) bool
-	rp   []byte
-	rn   int
-	rerr syscall.Errno
+// op is one direction's call in progress: the poller calls fn, with the
+// descriptor, until it reports done.
+type op struct {
+	mu    sync.Mutex // one call at a time owns the fields below
+	fn    func(fd uintptr) bool
+	p     []byte
+	n     int
+	errno syscall.Errno
+}
 
-	wmu  sync.Mutex // one Write at a time owns the fields below
-	send func(fd uintptr) bool
-	wp   []byte
-	wn   int
-	werr syscall.Errno
+func (o *op) do(raw func(func(fd uintptr) bool) error, p []byte) (int, syscall.Errno, error) {
+	o.mu.Lock()
+	o.p, o.n, o.errno = p, 0, 0
+	err := raw(o.fn)
+	n, errno := o.n, o.errno
+	o.p = nil
+	o.mu.Unlock()
+	return n, errno, err
 }
 
 // Wrap returns c as a Conn when it is a *net.TCPConn, else c itself (and c
@@ -77,9 +88,8 @@ func wrap(c net.Conn) net.Conn {
 	if err != nil {
 		return c
 	}
-	w := &Conn{TCPConn: tc, rc: rc}
-	// Bound once, so that a Read or Write allocates nothing.
-	w.recv, w.send = w.readSome, w.writeSome
+	w := &Conn{TCPConn: tc, rawRead: rc.Read, rawWrite: rc.Write}
+	w.r.fn, w.w.fn = w.readSome, w.writeSome
 	return w
 }
 
@@ -90,18 +100,11 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	c.rmu.Lock()
-	c.rp, c.rn, c.rerr = p, 0, 0
-	err := c.rc.Read(c.recv)
-	n, errno := c.rn, c.rerr
-	c.rp = nil
-	c.rmu.Unlock()
-	switch {
-	case err != nil:
-		return 0, c.opError("read", err)
-	case errno != 0:
-		return 0, c.opError("read", os.NewSyscallError("read", errno))
-	case n == 0:
+	n, errno, err := c.r.do(c.rawRead, p)
+	if err := c.opError("read", errno, err); err != nil {
+		return 0, err
+	}
+	if n == 0 {
 		return 0, io.EOF
 	}
 	return n, nil
@@ -109,24 +112,18 @@ func (c *Conn) Read(p []byte) (int, error) {
 
 // readSome reads once; false asks the poller to wait until there is more.
 func (c *Conn) readSome(fd uintptr) bool {
+	o := &c.r
 	for {
-		var n uintptr
-		var e syscall.Errno
-		if len(c.rp) <= rawMax {
-			n, _, e = syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&c.rp[0])), uintptr(len(c.rp)))
-		} else {
-			n, _, e = syscall.Syscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&c.rp[0])), uintptr(len(c.rp)))
-		}
+		n, e := call(syscall.SYS_READ, fd, o.p)
 		switch e {
 		case 0:
-			c.rn = int(n)
+			o.n = int(n)
 			return true
 		case syscall.EAGAIN:
 			return false
 		case syscall.EINTR:
-			continue
 		default:
-			c.rerr = e
+			o.errno = e
 			return true
 		}
 	}
@@ -135,51 +132,54 @@ func (c *Conn) readSome(fd uintptr) bool {
 // Write writes all of p unless the connection fails, its write deadline
 // passes or it is closed; errors are *net.OpError as from net.TCPConn.
 func (c *Conn) Write(p []byte) (int, error) {
-	c.wmu.Lock()
-	c.wp, c.wn, c.werr = p, 0, 0
-	err := c.rc.Write(c.send)
-	n, errno := c.wn, c.werr
-	c.wp = nil
-	c.wmu.Unlock()
-	switch {
-	case err != nil:
-		return n, c.opError("write", err)
-	case errno != 0:
-		return n, c.opError("write", os.NewSyscallError("write", errno))
-	}
-	return n, nil
+	n, errno, err := c.w.do(c.rawWrite, p)
+	return n, c.opError("write", errno, err)
 }
 
 // writeSome writes what it can; false asks the poller to wait until the
 // socket takes more.
 func (c *Conn) writeSome(fd uintptr) bool {
-	for c.wn < len(c.wp) {
-		var n uintptr
-		var e syscall.Errno
-		if len(c.wp)-c.wn <= rawMax {
-			n, _, e = syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&c.wp[c.wn])), uintptr(len(c.wp)-c.wn))
-		} else {
-			n, _, e = syscall.Syscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&c.wp[c.wn])), uintptr(len(c.wp)-c.wn))
-		}
+	o := &c.w
+	for o.n < len(o.p) {
+		n, e := call(syscall.SYS_WRITE, fd, o.p[o.n:])
 		switch e {
 		case 0:
-			c.wn += int(n)
+			o.n += int(n)
 		case syscall.EAGAIN:
 			return false
 		case syscall.EINTR:
 		default:
-			c.werr = e
+			o.errno = e
 			return true
 		}
 	}
 	return true
 }
 
-// opError is err as net.TCPConn reports it: the raw call's wrapper (a
-// *net.OpError of "raw-read" or "raw-write") replaced by one of op.
-func (c *Conn) opError(op string, err error) error {
-	if oe, ok := err.(*net.OpError); ok {
-		err = oe.Err
+// call is read(2) or write(2) of b: raw up to rawMax bytes, else through Go's
+// system-call path.
+func call(trap, fd uintptr, b []byte) (uintptr, syscall.Errno) {
+	if len(b) <= rawMax {
+		n, _, e := syscall.RawSyscall(trap, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		return n, e
+	}
+	n, _, e := syscall.Syscall(trap, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	return n, e
+}
+
+// opError is a call's failure as net.TCPConn reports it, or nil: an errno of
+// the system call, or the raw connection's error (a *net.OpError of
+// "raw-read" or "raw-write", whose cause is kept) as one of op.
+func (c *Conn) opError(op string, errno syscall.Errno, err error) error {
+	switch {
+	case err != nil:
+		if oe, ok := err.(*net.OpError); ok {
+			err = oe.Err
+		}
+	case errno != 0:
+		err = os.NewSyscallError(op, errno)
+	default:
+		return nil
 	}
 	return &net.OpError{Op: op, Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
