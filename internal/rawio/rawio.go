@@ -111,40 +111,34 @@ func (c *Conn) Read(p []byte) (int, error) {
 }
 
 // readSome reads once; false asks the poller to wait until there is more.
-func (c *Conn) readSome(fd uintptr) bool {
-	o := &c.r
-	for {
-		n, e := call(syscall.SYS_READ, fd, o.p)
-		switch e {
-		case 0:
-			o.n = int(n)
-			return true
-		case syscall.EAGAIN:
-			return false
-		case syscall.EINTR:
-		default:
-			o.errno = e
-			return true
-		}
-	}
-}
+func (c *Conn) readSome(fd uintptr) bool { return c.r.run(fd, syscall.SYS_READ, false) }
 
 // Write writes all of p unless the connection fails, its write deadline
 // passes or it is closed; errors are *net.OpError as from net.TCPConn.
 func (c *Conn) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	n, errno, err := c.w.do(c.rawWrite, p)
 	return n, c.opError("write", errno, err)
 }
 
 // writeSome writes what it can; false asks the poller to wait until the
 // socket takes more.
-func (c *Conn) writeSome(fd uintptr) bool {
-	o := &c.w
-	for o.n < len(o.p) {
-		n, e := call(syscall.SYS_WRITE, fd, o.p[o.n:])
+func (c *Conn) writeSome(fd uintptr) bool { return c.w.run(fd, syscall.SYS_WRITE, true) }
+
+// run makes the system call trap on what is left of o.p until one call has
+// succeeded (or, with all, until all of o.p is done) or failed; false asks the
+// poller to wait (EAGAIN).
+func (o *op) run(fd, trap uintptr, all bool) bool {
+	for {
+		n, e := call(trap, fd, o.p[o.n:])
 		switch e {
 		case 0:
 			o.n += int(n)
+			if !all || o.n == len(o.p) {
+				return true
+			}
 		case syscall.EAGAIN:
 			return false
 		case syscall.EINTR:
@@ -153,7 +147,6 @@ func (c *Conn) writeSome(fd uintptr) bool {
 			return true
 		}
 	}
-	return true
 }
 
 // call is read(2) or write(2) of b: raw up to rawMax bytes, else through Go's
