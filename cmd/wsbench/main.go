@@ -23,8 +23,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "wsbench relay:", bench.Relay(spec))
 		os.Exit(1)
 	}
+	if port := os.Getenv(bench.EchoEnv); port != "" {
+		// The wakeup scenario's echo process, likewise.
+		fmt.Fprintln(os.Stderr, "wsbench echo:", bench.Echo(port))
+		os.Exit(1)
+	}
 	short := flag.Bool("short", false, "run every scenario for seconds (a smoke test)")
-	only := flag.String("scenario", "all", "proxy, churn, waiters, jam, stampede, soak, or all (comma-separated)")
+	only := flag.String("scenario", "all", "proxy, churn, waiters, jam, stampede, soak, wakeup, or all (comma-separated)")
 	soakFor := flag.Duration("soak", 60*time.Minute, "how long the soak scenario runs (full mode; 2m with -short)")
 	out := flag.String("out", "", "write the JSON results and SVG charts to this directory")
 	churnFor := flag.Duration("churn", time.Minute, "how long each churn run lasts (full mode): the floor and the hub (in four alternating turns), and at 4 clients the hub beside 2,000 sleeping processes")
@@ -86,6 +91,11 @@ func run(ctx context.Context, short bool, only, out string, churnFor time.Durati
 			if err := bench.LatencyChart(r, concs, filepath.Join(out, "latency.svg")); err != nil {
 				return err
 			}
+		}
+	}
+	if want("wakeup") {
+		if err := keep(env.Wakeup(ctx)); err != nil {
+			return err
 		}
 	}
 	if want("churn") {

@@ -56,3 +56,9 @@ func TestRelayRefusesOtherHosts(t *testing.T) {
 		}
 	}
 }
+
+func TestEchoRefusesABadPort(t *testing.T) {
+	if err := Echo("http"); err == nil || !strings.Contains(err.Error(), EchoEnv) {
+		t.Fatalf("Echo(\"http\") = %v, want an error naming %s", err, EchoEnv)
+	}
+}
