@@ -30,7 +30,8 @@ type Env struct {
 	// Hub and Stub are the websummoner and wdstub binaries.
 	Hub, Stub string
 	// Self is the load tool's own binary, which the proxy scenario runs
-	// again as its byte relay (RelayEnv); empty leaves the relay row out.
+	// again as its byte relay (RelayEnv) and the wakeup scenario as its echo
+	// process (EchoEnv); empty leaves the relay row out.
 	Self string
 	// Short runs each scenario for seconds, as a smoke test.
 	Short bool

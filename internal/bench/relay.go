@@ -36,9 +36,7 @@ func Relay(spec string) error {
 		}
 		targets[port] = target
 	}
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/4)) // the hub's -max-procs default
-	}
+	asTheHub()
 	for port, target := range targets {
 		l, err := net.Listen("tcp", "127.0.0.1:"+port)
 		if err != nil {
@@ -57,6 +55,15 @@ func Relay(spec string) error {
 	fmt.Println("relay listening")
 	<-context.Background().Done()
 	return nil
+}
+
+// asTheHub gives the process the hub's default -max-procs (a quarter of the
+// CPUs, at least 1) unless GOMAXPROCS is set, as the hub would take it: the
+// relay and the echo process stand where the hub does.
+func asTheHub() {
+	if os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/4))
+	}
 }
 
 func relayConn(c net.Conn, target string) {

@@ -99,24 +99,26 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 			viaHub = append(viaHub, id)
 		}
 		// Where the CPU goes, per command: this process (the clients), the
-		// stub drivers, and the hub.
-		stubCPU := func() float64 {
-			t := 0.0
-			for _, s := range stubs {
-				t += cpuSeconds(s.pid())
-			}
-			return t
+		// stub drivers, and the proxy in between.
+		var stubPIDs []int
+		for _, s := range stubs {
+			stubPIDs = append(stubPIDs, s.pid())
 		}
+		stubCPU := func() float64 { return sumCPU(stubPIDs) }
 		hubIDs := make([]string, len(viaHub))
 		for i, id := range viaHub {
 			hubIDs[i] = hub.url + "/wd/hub\x00" + id
 		}
 		hubStubs := hubDrivers(hub.pid())
+		directPath := &proxyPath{name: "direct", targets: direct, drivers: stubCPU}
+		hubPath := &proxyPath{name: "hub", targets: hubIDs, drivers: func() float64 { return sumCPU(hubStubs) },
+			proxy: func() float64 { return cpuSeconds(hub.pid()) }}
+		paths := []*proxyPath{directPath}
 		// The relay: the cheapest proxy, for what one extra hop costs by itself.
+		var relayPath *proxyPath
 		var relay *proc
-		var relayed []string
 		if e.Self != "" {
-			var spec []string
+			var spec, relayed []string
 			first := 0
 			taken := map[int]bool{}
 			for i, s := range stubs {
@@ -137,80 +139,54 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 			if err != nil {
 				return nil, fmt.Errorf("starting the relay: %w", err)
 			}
+			relayPath = &proxyPath{name: "relay", targets: relayed, drivers: stubCPU,
+				proxy: func() float64 { return cpuSeconds(relay.pid()) }}
+			paths = append(paths, relayPath)
 		}
-		// Direct, through the relay and through the hub take turns, rounds
-		// times each, so that whatever else the machine does in the window
-		// weighs on all alike.
-		var (
-			dl, rl, hl                       []time.Duration
-			de, re, he                       time.Duration
-			selfD, stubD, selfH, hubH, stubH float64
-			selfR, stubR, relayR             float64
-		)
+		paths = append(paths, hubPath)
+		// The paths take turns, rounds times each, so that whatever else the
+		// machine does in the window weighs on all alike.
 		for range rounds {
-			self0, stub0 := cpuSeconds(os.Getpid()), stubCPU()
-			l, el, err := loop(direct, d/time.Duration(rounds), maxCmds/rounds)
-			selfD, stubD = selfD+cpuSeconds(os.Getpid())-self0, stubD+stubCPU()-stub0
-			if err != nil {
-				return nil, err
-			}
-			dl, de = append(dl, l...), de+el
-			if relay != nil {
-				self0, stub0, relay0 := cpuSeconds(os.Getpid()), stubCPU(), cpuSeconds(relay.pid())
-				l, el, err = loop(relayed, d/time.Duration(rounds), maxCmds/rounds)
-				selfR, stubR, relayR = selfR+cpuSeconds(os.Getpid())-self0, stubR+stubCPU()-stub0, relayR+cpuSeconds(relay.pid())-relay0
-				if err != nil {
-					return nil, fmt.Errorf("through the relay: %w", err)
+			for _, p := range paths {
+				if err := p.turn(d/time.Duration(rounds), maxCmds/rounds); err != nil {
+					return nil, fmt.Errorf("%s: %w", p.name, err)
 				}
-				rl, re = append(rl, l...), re+el
 			}
-			self0, hub0, stub0 := cpuSeconds(os.Getpid()), cpuSeconds(hub.pid()), sumCPU(hubStubs)
-			l, el, err = loop(hubIDs, d/time.Duration(rounds), maxCmds/rounds)
-			selfH, hubH, stubH = selfH+cpuSeconds(os.Getpid())-self0, hubH+cpuSeconds(hub.pid())-hub0, stubH+sumCPU(hubStubs)-stub0
-			if err != nil {
-				return nil, err
-			}
-			hl, he = append(hl, l...), he+el
 		}
-		sortDurations(dl)
-		sortDurations(rl)
-		sortDurations(hl)
 		for _, s := range stubs {
 			s.stop()
 		}
 		if relay != nil {
 			relay.stop()
 		}
-		us := func(sec float64, n int) string { return fmt.Sprintf("%.0f", sec/float64(max(n, 1))*1e6) }
-		r.Notes = append(r.Notes, fmt.Sprintf("%d sessions, CPU µs per command (clients / drivers / hub): direct %s / %s, via the hub %s / %s / %s",
-			c, us(selfD, len(dl)), us(stubD, len(dl)), us(selfH, len(hl)), us(stubH, len(hl)), us(hubH, len(hl))))
-		r.Figures[fmt.Sprintf("c%d_hub_cpu_us_per_cmd", c)] = hubH / float64(max(len(hl), 1)) * 1e6
-		r.Figures[fmt.Sprintf("c%d_direct_cpu_us_per_cmd", c)] = (selfD + stubD) / float64(max(len(dl), 1)) * 1e6
-		o50 := percentile(hl, 50) - percentile(dl, 50)
-		o99 := percentile(hl, 99) - percentile(dl, 99)
 		cs := strconv.Itoa(c)
-		r.Rows = append(r.Rows,
-			[]string{cs, "direct", fmt.Sprintf("%.0f", float64(len(dl))/de.Seconds()), ms(percentile(dl, 50)), ms(percentile(dl, 95)), ms(percentile(dl, 99)), "", ""})
-		if relay != nil {
+		for _, p := range paths {
+			sortDurations(p.lat)
+			r.Rows = append(r.Rows, p.row(cs, directPath))
+		}
+		dl, hl := directPath.lat, hubPath.lat
+		r.Notes = append(r.Notes, fmt.Sprintf("%d sessions, CPU µs per command (clients / drivers / hub): direct %s / %s, via the hub %s / %s / %s",
+			c, directPath.us(directPath.self), directPath.us(directPath.driverCPU), hubPath.us(hubPath.self), hubPath.us(hubPath.driverCPU), hubPath.us(hubPath.proxyCPU)))
+		r.Figures[fmt.Sprintf("c%d_hub_cpu_us_per_cmd", c)] = hubPath.perCmd(hubPath.proxyCPU) * 1e6
+		r.Figures[fmt.Sprintf("c%d_direct_cpu_us_per_cmd", c)] = directPath.perCmd(directPath.self+directPath.driverCPU) * 1e6
+		if rp := relayPath; rp != nil {
+			rl := rp.lat
 			r.Notes = append(r.Notes, fmt.Sprintf("%d sessions, CPU µs per command through the relay (clients / drivers / relay): %s / %s / %s",
-				c, us(selfR, len(rl)), us(stubR, len(rl)), us(relayR, len(rl))))
-			r.Figures[fmt.Sprintf("c%d_relay_cpu_us_per_cmd", c)] = relayR / float64(max(len(rl), 1)) * 1e6
+				c, rp.us(rp.self), rp.us(rp.driverCPU), rp.us(rp.proxyCPU)))
+			r.Figures[fmt.Sprintf("c%d_relay_cpu_us_per_cmd", c)] = rp.perCmd(rp.proxyCPU) * 1e6
 			r.Figures[fmt.Sprintf("c%d_relay_p50_ms", c)] = float64(percentile(rl, 50)) / 1e6
 			r.Figures[fmt.Sprintf("c%d_relay_p99_ms", c)] = float64(percentile(rl, 99)) / 1e6
 			r.Figures[fmt.Sprintf("c%d_relay_ratio_p50", c)] = float64(percentile(rl, 50)) / float64(percentile(dl, 50))
 			r.Figures[fmt.Sprintf("c%d_hub_over_relay_p50", c)] = float64(percentile(hl, 50)) / float64(percentile(rl, 50))
-			r.Rows = append(r.Rows, []string{cs, "relay", fmt.Sprintf("%.0f", float64(len(rl))/re.Seconds()), ms(percentile(rl, 50)), ms(percentile(rl, 95)), ms(percentile(rl, 99)),
-				fmt.Sprintf("%.0f", float64(percentile(rl, 50)-percentile(dl, 50))/1e3), fmt.Sprintf("%.0f", float64(percentile(rl, 99)-percentile(dl, 99))/1e3)})
 		}
-		r.Rows = append(r.Rows,
-			[]string{cs, "hub", fmt.Sprintf("%.0f", float64(len(hl))/he.Seconds()), ms(percentile(hl, 50)), ms(percentile(hl, 95)), ms(percentile(hl, 99)),
-				fmt.Sprintf("%.0f", float64(o50)/1e3), fmt.Sprintf("%.0f", float64(o99)/1e3)})
+		o50 := percentile(hl, 50) - percentile(dl, 50)
+		o99 := percentile(hl, 99) - percentile(dl, 99)
 		for k, v := range map[string]time.Duration{"direct_p50": percentile(dl, 50), "direct_p95": percentile(dl, 95), "direct_p99": percentile(dl, 99),
 			"hub_p50": percentile(hl, 50), "hub_p95": percentile(hl, 95), "hub_p99": percentile(hl, 99), "overhead_p50": o50, "overhead_p99": o99} {
 			r.Figures[fmt.Sprintf("c%d_%s_ms", c, k)] = float64(v) / 1e6
 		}
-		r.Figures[fmt.Sprintf("c%d_ratio_p50", c)] = float64(percentile(hl, 50)) / float64(percentile(dl, 50))
 		r50, r99 := float64(percentile(hl, 50))/float64(percentile(dl, 50)), float64(percentile(hl, 99))/float64(percentile(dl, 99))
+		r.Figures[fmt.Sprintf("c%d_ratio_p50", c)] = r50
 		r.Figures[fmt.Sprintf("c%d_ratio_p99", c)] = r99
 		switch c {
 		case 1, 4:
@@ -224,6 +200,52 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 		}
 	}
 	return r, nil
+}
+
+// proxyPath is one way the proxy scenario's commands take — straight to the
+// drivers, through the relay, through the hub — and what its turns measured.
+type proxyPath struct {
+	name    string
+	targets []string
+	// drivers and proxy read CPU seconds used so far by the drivers this
+	// path reaches and by the process in between (nil: none).
+	drivers, proxy func() float64
+
+	lat                       []time.Duration
+	elapsed                   time.Duration
+	self, driverCPU, proxyCPU float64 // seconds, over all turns
+}
+
+// turn runs one round of commands on the path and adds what it cost.
+func (p *proxyPath) turn(d time.Duration, max int) error {
+	proxyNow := func() float64 {
+		if p.proxy == nil {
+			return 0
+		}
+		return p.proxy()
+	}
+	self0, drivers0, proxy0 := cpuSeconds(os.Getpid()), p.drivers(), proxyNow()
+	l, el, err := loop(p.targets, d, max)
+	p.self += cpuSeconds(os.Getpid()) - self0
+	p.driverCPU += p.drivers() - drivers0
+	p.proxyCPU += proxyNow() - proxy0
+	p.lat, p.elapsed = append(p.lat, l...), p.elapsed+el
+	return err
+}
+
+// perCmd is sec per command of the path; us the same in µs, for notes.
+func (p *proxyPath) perCmd(sec float64) float64 { return sec / float64(max(len(p.lat), 1)) }
+func (p *proxyPath) us(sec float64) string      { return fmt.Sprintf("%.0f", p.perCmd(sec)*1e6) }
+
+// row is the path's table row; a proxy's has its overhead over direct.
+func (p *proxyPath) row(c string, direct *proxyPath) []string {
+	row := []string{c, p.name, fmt.Sprintf("%.0f", float64(len(p.lat))/p.elapsed.Seconds()),
+		ms(percentile(p.lat, 50)), ms(percentile(p.lat, 95)), ms(percentile(p.lat, 99)), "", ""}
+	if p != direct {
+		row[6] = fmt.Sprintf("%.0f", float64(percentile(p.lat, 50)-percentile(direct.lat, 50))/1e3)
+		row[7] = fmt.Sprintf("%.0f", float64(percentile(p.lat, 99)-percentile(direct.lat, 99))/1e3)
+	}
+	return row
 }
 
 // Churn runs C clients doing create → K commands → delete for a while, through

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"runtime"
 	"strconv"
 	"time"
 )
@@ -21,9 +19,7 @@ func Echo(port string) error {
 	if _, err := strconv.Atoi(port); err != nil {
 		return fmt.Errorf("%s: %q is not a port", EchoEnv, port)
 	}
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/4)) // the hub's -max-procs default
-	}
+	asTheHub()
 	l, err := net.Listen("tcp", "127.0.0.1:"+port)
 	if err != nil {
 		return err
