@@ -179,8 +179,15 @@ func (e *Env) startHub(ctx context.Context, browsers string, args ...string) (*p
 	all := append([]string{"-disable-docker", "-conf", conf, "-listen", fmt.Sprintf("127.0.0.1:%d", port),
 		"-instance", fmt.Sprintf("wsbench-%d", os.Getpid()), "-graceful-period", "1s"}, args...)
 	all = append(all, strings.Fields(os.Getenv("WSBENCH_HUB_ARGS"))...)
-	return e.start(ctx, e.Hub, all, port, "[INIT]", strings.Fields(os.Getenv("WSBENCH_HUB_ENV"))...)
+	return e.start(ctx, e.Hub, all, port, "[INIT]", hubEnv()...)
 }
+
+// hubEnv is WSBENCH_HUB_ENV, split on spaces. The hub's drivers inherit the
+// hub's environment, so every driver and proxy the floors start gets it too:
+// GOMAXPROCS=1 meant for the hub would otherwise make only the hub's stub
+// drivers single-CPU — a third cheaper per command here — and the hub would
+// seem to beat the floor by the drivers' difference.
+func hubEnv() []string { return strings.Fields(os.Getenv("WSBENCH_HUB_ENV")) }
 
 // stubBrowsers is a browsers.json with the stub as "stub", plus extra entries.
 func (e *Env) stubBrowsers(extra ...string) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -131,6 +132,9 @@ func (e *Env) floorChurn(ctx context.Context, c, k int, d time.Duration) churnRu
 		}
 		cmd := exec.Command(e.Stub, "-delete-delay", stubDeleteDelay.String(), "--port="+strconv.Itoa(port))
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if env := hubEnv(); len(env) > 0 {
+			cmd.Env = append(os.Environ(), env...)
+		}
 		if err := cmd.Start(); err != nil {
 			fail("spawn " + err.Error())
 			return 0, 0, false

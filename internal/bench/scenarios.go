@@ -82,7 +82,7 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 			if err != nil {
 				return nil, err
 			}
-			stub, err := e.start(ctx, e.Stub, []string{"-port", strconv.Itoa(port)}, port, "listening")
+			stub, err := e.start(ctx, e.Stub, []string{"-port", strconv.Itoa(port)}, port, "listening", hubEnv()...)
 			if err != nil {
 				return nil, err
 			}
@@ -135,7 +135,7 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 				_, id, _ := strings.Cut(direct[i], "\x00")
 				relayed = append(relayed, fmt.Sprintf("http://127.0.0.1:%d\x00%s", port, id))
 			}
-			relay, err = e.start(ctx, e.Self, nil, first, "listening", RelayEnv+"="+strings.Join(spec, ","))
+			relay, err = e.start(ctx, e.Self, nil, first, "listening", append(hubEnv(), RelayEnv+"="+strings.Join(spec, ","))...)
 			if err != nil {
 				return nil, fmt.Errorf("starting the relay: %w", err)
 			}

@@ -61,7 +61,7 @@ func (e *Env) Wakeup(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	echo, err := e.start(ctx, e.Self, nil, port, "listening", EchoEnv+"="+strconv.Itoa(port))
+	echo, err := e.start(ctx, e.Self, nil, port, "listening", append(hubEnv(), EchoEnv+"="+strconv.Itoa(port))...)
 	if err != nil {
 		return nil, fmt.Errorf("starting the echo process: %w", err)
 	}
