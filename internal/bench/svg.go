@@ -136,7 +136,12 @@ func FloorChart(ratios []Ratio, path string) error {
 		}
 		s.add(`<text x="%d" y="%d" text-anchor="end">%s</text>`, left-8, y+14, r.Label)
 		s.add(`<rect x="%d" y="%d" width="%d" height="20" fill="%s"/>`, left, y, px(r.Value)-left, color)
-		s.add(`<text x="%d" y="%d">%.2f×</text>`, px(r.Value)+4, y+14, r.Value)
+		// The value's label clears the target's line when the two are close.
+		lx := px(r.Value) + 4
+		if t := px(r.Target); t >= lx-4 && t < lx+40 {
+			lx = t + 4
+		}
+		s.add(`<text x="%d" y="%d">%.2f×</text>`, lx, y+14, r.Value)
 		s.add(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black" stroke-dasharray="3"/>`, px(r.Target), y-3, px(r.Target), y+23)
 	}
 	s.add(`<text x="%d" y="%d">%s</text>`, left, h-16, "green: target met; red: missed")
