@@ -59,9 +59,21 @@ type wireConn struct {
 	dead  bool
 	peekB [1]byte
 	br    *bufio.Reader
-	bw    *bufio.Writer
+	// req is the request being sent, kept between requests up to
+	// wireKeepReq bytes; send writes it and, on a rawio.Conn, returns once
+	// the answer is there to read (WriteAwaitRead: no read(2) that finds
+	// nothing first).
+	req   []byte
+	send  func([]byte) (int, error)
 	since time.Time // idle since
 }
+
+// wireKeepReq bounds the request buffer a connection keeps; a body larger
+// than wireInlineBody is written after the head, not copied behind it.
+const (
+	wireKeepReq    = 8 << 10
+	wireInlineBody = 4 << 10
+)
 
 func newWire() *wire {
 	return &wire{dialer: net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}, idle: map[string][]*wireConn{}}
@@ -95,7 +107,10 @@ func (wr *wire) get(ctx context.Context, host string) (*wireConn, bool, error) {
 		return nil, false, err
 	}
 	c = rawio.Wrap(c) // see the package: a command's reads and writes keep their P
-	wc := &wireConn{c: c, br: bufio.NewReaderSize(c, 4096), bw: bufio.NewWriterSize(c, 4096)}
+	wc := &wireConn{c: c, br: bufio.NewReaderSize(c, 4096), req: make([]byte, 0, 512), send: c.Write}
+	if aw, ok := c.(interface{ WriteAwaitRead([]byte) (int, error) }); ok {
+		wc.send = aw.WriteAwaitRead
+	}
 	if sc, ok := c.(syscall.Conn); ok {
 		wc.rc, _ = sc.SyscallConn()
 		wc.peek = wc.look
@@ -223,32 +238,41 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 		}
 		wr.put(host, c)
 	}()
-	bw := c.bw
-	bw.WriteString(method)
-	bw.WriteByte(' ')
-	bw.WriteString(uri)
-	bw.WriteString(" HTTP/1.1\r\nHost: ")
-	bw.WriteString(host)
-	bw.WriteString("\r\n")
+	b := append(c.req[:0], method...)
+	b = append(b, ' ')
+	b = append(b, uri...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, host...)
+	b = append(b, "\r\n"...)
 	for k, vs := range hdr {
 		if hopHeaders[k] || k == "Authorization" || k == "Content-Length" || k == "Host" {
 			continue
 		}
 		for _, v := range vs {
-			bw.WriteString(k)
-			bw.WriteString(": ")
-			bw.WriteString(v)
-			bw.WriteString("\r\n")
+			b = append(b, k...)
+			b = append(b, ": "...)
+			b = append(b, v...)
+			b = append(b, "\r\n"...)
 		}
 	}
 	if body != nil || method == http.MethodPost || method == http.MethodPut {
-		bw.WriteString("Content-Length: ")
-		bw.WriteString(strconv.Itoa(len(body)))
-		bw.WriteString("\r\n")
+		b = append(b, "Content-Length: "...)
+		b = strconv.AppendInt(b, int64(len(body)), 10)
+		b = append(b, "\r\n"...)
 	}
-	bw.WriteString("\r\n")
-	bw.Write(body)
-	if err := bw.Flush(); err != nil {
+	b = append(b, "\r\n"...)
+	if len(body) <= wireInlineBody {
+		b = append(b, body...)
+		_, err = c.send(b)
+	} else if _, err = c.c.Write(b); err == nil {
+		_, err = c.send(body)
+	}
+	if cap(b) <= wireKeepReq {
+		c.req = b[:0]
+	} else {
+		c.req = nil
+	}
+	if err != nil {
 		return fmt.Errorf("%w: %v", errNotSent, err)
 	}
 

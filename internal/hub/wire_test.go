@@ -294,3 +294,69 @@ func TestDriverClientShared(t *testing.T) {
 		t.Fatalf("%d connections for a poll and a new-session call, want 1", n)
 	}
 }
+
+// The request reaches the driver as sent, whether its body goes behind the
+// head in one write (small) or after it (over wireInlineBody): method, path,
+// Host, the client's headers but not hop-by-hop ones or its credentials, a
+// Content-Length of its own, the body byte for byte. On one kept-alive
+// connection, and the buffer a connection keeps stays bounded after a large
+// request.
+func TestWireSendsTheRequestAsIs(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	type seen struct {
+		method, uri, host, custom, auth, conn string
+		length                                int64
+		body                                  []byte
+	}
+	got := make(chan seen, 4)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			b, _ := io.ReadAll(req.Body)
+			got <- seen{req.Method, req.RequestURI, req.Host, req.Header.Get("X-Custom"), req.Header.Get("Authorization"),
+				req.Header.Get("Connection"), req.ContentLength, b}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+		}
+	}()
+	host := ln.Addr().String()
+	wr := newWire()
+	hdr := http.Header{"X-Custom": {"kept"}, "Authorization": {"Basic dTpw"}, "Connection": {"keep-alive"}, "Content-Length": {"1"}}
+	for _, size := range []int{0, 100, wireInlineBody, wireInlineBody + 1, 60 << 10} {
+		body := make([]byte, size)
+		for i := range body {
+			body[i] = byte('a' + i%26)
+		}
+		rec := httptest.NewRecorder()
+		if err := wr.do(context.Background(), rec, "POST", host, "/session/s/element?x=1", hdr, body); err != nil || rec.Code != 200 {
+			t.Fatalf("%d-byte body: %v, %d", size, err, rec.Code)
+		}
+		s := <-got
+		if s.method != "POST" || s.uri != "/session/s/element?x=1" || s.host != host || s.custom != "kept" ||
+			s.auth != "" || s.conn != "" || s.length != int64(size) || string(s.body) != string(body) {
+			t.Fatalf("%d-byte body: the driver got %s %s Host %q X-Custom %q Authorization %q Connection %q Content-Length %d, body intact %v",
+				size, s.method, s.uri, s.host, s.custom, s.auth, s.conn, s.length, string(s.body) == string(body))
+		}
+	}
+	wr.mu.Lock()
+	idle := wr.idle[host]
+	wr.mu.Unlock()
+	if len(idle) != 1 {
+		t.Fatalf("%d idle connections after five requests on a kept-alive one, want 1", len(idle))
+	}
+	if c := cap(idle[0].req); c > wireKeepReq {
+		t.Fatalf("the connection keeps a %d-byte request buffer, more than %d", c, wireKeepReq)
+	}
+}

@@ -48,6 +48,21 @@ type Conn struct {
 	// callbacks: a Read or Write allocates nothing.
 	rawRead, rawWrite func(func(fd uintptr) bool) error
 	r, w              op
+	// aw is WriteAwaitRead's call, under both ops' locks; awFn is its
+	// callback, bound once.
+	aw   awaitOp
+	awFn func(fd uintptr) bool
+	// afterWrite, set by tests, runs between WriteAwaitRead's write and its
+	// wait: where an answer that arrives at once must not be missed.
+	afterWrite func()
+}
+
+// awaitOp is a WriteAwaitRead in progress.
+type awaitOp struct {
+	p       []byte
+	n       int
+	errno   syscall.Errno
+	written bool // all of p went out and the wait for an answer began
 }
 
 // op is one direction's call in progress: the poller calls fn, with the
@@ -89,7 +104,7 @@ func wrap(c net.Conn) net.Conn {
 		return c
 	}
 	w := &Conn{TCPConn: tc, rawRead: rc.Read, rawWrite: rc.Write}
-	w.r.fn, w.w.fn = w.readSome, w.writeSome
+	w.r.fn, w.w.fn, w.awFn = w.readSome, w.writeSome, w.awaitSome
 	return w
 }
 
@@ -126,6 +141,70 @@ func (c *Conn) Write(p []byte) (int, error) {
 // writeSome writes what it can; false asks the poller to wait until the
 // socket takes more.
 func (c *Conn) writeSome(fd uintptr) bool { return c.w.run(fd, syscall.SYS_WRITE, true) }
+
+// WriteAwaitRead writes all of p, as Write does, then waits until there is
+// something to read (or the read deadline passes, or the connection is
+// closed) — without the read that would find nothing. A request's answer is
+// never there right after the request is written, so a plain Write and Read
+// pay a read(2) that returns EAGAIN before the wait; here the wait for
+// readability is armed before the write (inside the poller's read call), so
+// an answer that arrives at once is not missed. What the wait met — an
+// answer, the end, an error, a passed deadline — the next Read reports. When
+// the socket takes only part of p at once, the rest goes as Write sends it,
+// and the next Read waits as usual.
+func (c *Conn) WriteAwaitRead(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	c.w.mu.Lock()
+	defer c.w.mu.Unlock()
+	c.r.mu.Lock()
+	c.aw = awaitOp{p: p}
+	_ = c.rawRead(c.awFn) // the wait's outcome is the next Read's
+	a := c.aw
+	c.aw = awaitOp{}
+	c.r.mu.Unlock()
+	if a.errno != 0 {
+		return a.n, c.opError("write", a.errno, nil)
+	}
+	if a.n == len(p) {
+		return a.n, nil
+	}
+	// The socket was full, or the poller refused the read (a read deadline
+	// already passed): the rest the ordinary way.
+	c.w.p, c.w.n, c.w.errno = p[a.n:], 0, 0
+	err := c.rawWrite(c.w.fn)
+	n, errno := c.w.n, c.w.errno
+	c.w.p = nil
+	return a.n + n, c.opError("write", errno, err)
+}
+
+// awaitSome is WriteAwaitRead's callback: first the write, then false to
+// wait for readability; called again, the wait is over.
+func (c *Conn) awaitSome(fd uintptr) bool {
+	a := &c.aw
+	if a.written {
+		return true
+	}
+	for a.n < len(a.p) {
+		n, e := call(syscall.SYS_WRITE, fd, a.p[a.n:])
+		switch e {
+		case 0:
+			a.n += int(n)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return true // full: Write finishes it
+		default:
+			a.errno = e
+			return true
+		}
+	}
+	a.written = true
+	if c.afterWrite != nil {
+		c.afterWrite()
+	}
+	return false
+}
 
 // run makes the system call trap on what is left of o.p until one call has
 // succeeded (or, with all, until all of o.p is done) or failed; false asks the
