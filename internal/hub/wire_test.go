@@ -21,13 +21,28 @@ import (
 // bytes), closing the connection after an answer when close says so. It
 // stands in for drivers that answer in ways http.Server never does.
 func rawDriver(t *testing.T, answers []string, closeAfter []bool) (string, *atomic.Int32) {
+	var next atomic.Int32
+	return serveRequests(t, func(c net.Conn, _ *http.Request, _ []byte) bool {
+		i := int(next.Add(1)) - 1
+		if i >= len(answers) {
+			return false
+		}
+		io.WriteString(c, answers[i])
+		return !closeAfter[i]
+	})
+}
+
+// serveRequests reads the requests on every connection to a listener it
+// opens and gives each, with its body, to handle, which answers on c and says
+// whether the connection goes on. It returns the listener's address and a
+// count of the connections accepted.
+func serveRequests(t *testing.T, handle func(c net.Conn, req *http.Request, body []byte) bool) (string, *atomic.Int32) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
 	var conns atomic.Int32
-	var next atomic.Int32
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -43,13 +58,8 @@ func rawDriver(t *testing.T, answers []string, closeAfter []bool) (string, *atom
 					if err != nil {
 						return
 					}
-					io.Copy(io.Discard, req.Body)
-					i := int(next.Add(1)) - 1
-					if i >= len(answers) {
-						return
-					}
-					io.WriteString(c, answers[i])
-					if closeAfter[i] {
+					body, _ := io.ReadAll(req.Body)
+					if !handle(c, req, body) {
 						return
 					}
 				}
@@ -302,36 +312,18 @@ func TestDriverClientShared(t *testing.T) {
 // connection, and the buffer a connection keeps stays bounded after a large
 // request.
 func TestWireSendsTheRequestAsIs(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	type seen struct {
 		method, uri, host, custom, auth, conn string
 		length                                int64
 		body                                  []byte
 	}
 	got := make(chan seen, 4)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		br := bufio.NewReader(c)
-		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
-				return
-			}
-			b, _ := io.ReadAll(req.Body)
-			got <- seen{req.Method, req.RequestURI, req.Host, req.Header.Get("X-Custom"), req.Header.Get("Authorization"),
-				req.Header.Get("Connection"), req.ContentLength, b}
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
-		}
-	}()
-	host := ln.Addr().String()
+	host, _ := serveRequests(t, func(c net.Conn, req *http.Request, body []byte) bool {
+		got <- seen{req.Method, req.RequestURI, req.Host, req.Header.Get("X-Custom"), req.Header.Get("Authorization"),
+			req.Header.Get("Connection"), req.ContentLength, body}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+		return true
+	})
 	wr := newWire()
 	hdr := http.Header{"X-Custom": {"kept"}, "Authorization": {"Basic dTpw"}, "Connection": {"keep-alive"}, "Content-Length": {"1"}}
 	for _, size := range []int{0, 100, wireInlineBody, wireInlineBody + 1, 60 << 10} {

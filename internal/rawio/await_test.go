@@ -145,10 +145,7 @@ func TestWriteAwaitReadLeavesTheOutcomeToRead(t *testing.T) {
 // read as usual.
 func TestWriteAwaitReadThroughAFullSocket(t *testing.T) {
 	w, s := pair(t)
-	want := make([]byte, 16<<20)
-	for i := range want {
-		want[i] = byte(i * 7 / 5)
-	}
+	want := pattern(16 << 20)
 	go func() {
 		b := make([]byte, len(want))
 		if _, err := io.ReadFull(s, b); err != nil || !bytes.Equal(b, want) {

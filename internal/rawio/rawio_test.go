@@ -47,14 +47,21 @@ func pair(t *testing.T) (*Conn, net.Conn) {
 	return w, s
 }
 
+// pattern is n bytes that repeat only every 5 × 256 bytes, so that a lost,
+// repeated or reordered piece shows.
+func pattern(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i * 7 / 5)
+	}
+	return b
+}
+
 // More than the socket's buffers hold, so that the write must wait in the
 // poller for the reader, more than once: every byte arrives, in order.
 func TestWriteAllThroughAFullSocket(t *testing.T) {
 	w, s := pair(t)
-	want := make([]byte, 16<<20)
-	for i := range want {
-		want[i] = byte(i * 7 / 5)
-	}
+	want := pattern(16 << 20)
 	got := make(chan []byte, 1)
 	go func() {
 		b, _ := io.ReadAll(s)
@@ -179,10 +186,7 @@ func TestWrap(t *testing.T) {
 // buffers (the large ones take Go's ordinary path), then io.EOF.
 func TestReadAllThenEOF(t *testing.T) {
 	w, s := pair(t)
-	want := make([]byte, 4<<20)
-	for i := range want {
-		want[i] = byte(i * 13 / 7)
-	}
+	want := pattern(4 << 20)
 	go func() {
 		s.Write(want)
 		s.Close()
