@@ -48,21 +48,14 @@ type Conn struct {
 	// callbacks: a Read or Write allocates nothing.
 	rawRead, rawWrite func(func(fd uintptr) bool) error
 	r, w              op
-	// aw is WriteAwaitRead's call, under both ops' locks; awFn is its
-	// callback, bound once.
-	aw   awaitOp
-	awFn func(fd uintptr) bool
+	// awFn is WriteAwaitRead's callback, bound once; it writes through w
+	// (whose lock WriteAwaitRead holds), and awaiting says that all of w.p
+	// went out and the wait for an answer began.
+	awFn     func(fd uintptr) bool
+	awaiting bool
 	// afterWrite, set by tests, runs between WriteAwaitRead's write and its
 	// wait: where an answer that arrives at once must not be missed.
 	afterWrite func()
-}
-
-// awaitOp is a WriteAwaitRead in progress.
-type awaitOp struct {
-	p       []byte
-	n       int
-	errno   syscall.Errno
-	written bool // all of p went out and the wait for an answer began
 }
 
 // op is one direction's call in progress: the poller calls fn, with the
@@ -159,47 +152,31 @@ func (c *Conn) WriteAwaitRead(p []byte) (int, error) {
 	c.w.mu.Lock()
 	defer c.w.mu.Unlock()
 	c.r.mu.Lock()
-	c.aw = awaitOp{p: p}
+	c.w.p, c.w.n, c.w.errno = p, 0, 0
 	_ = c.rawRead(c.awFn) // the wait's outcome is the next Read's
-	a := c.aw
-	c.aw = awaitOp{}
+	c.awaiting = false
 	c.r.mu.Unlock()
-	if a.errno != 0 {
-		return a.n, c.opError("write", a.errno, nil)
+	var err error
+	if c.w.errno == 0 && c.w.n < len(p) {
+		// The socket was full, or the poller refused the read (a read
+		// deadline already passed): the rest the ordinary way.
+		err = c.rawWrite(c.w.fn)
 	}
-	if a.n == len(p) {
-		return a.n, nil
-	}
-	// The socket was full, or the poller refused the read (a read deadline
-	// already passed): the rest the ordinary way.
-	c.w.p, c.w.n, c.w.errno = p[a.n:], 0, 0
-	err := c.rawWrite(c.w.fn)
 	n, errno := c.w.n, c.w.errno
 	c.w.p = nil
-	return a.n + n, c.opError("write", errno, err)
+	return n, c.opError("write", errno, err)
 }
 
 // awaitSome is WriteAwaitRead's callback: first the write, then false to
 // wait for readability; called again, the wait is over.
 func (c *Conn) awaitSome(fd uintptr) bool {
-	a := &c.aw
-	if a.written {
+	if c.awaiting {
 		return true
 	}
-	for a.n < len(a.p) {
-		n, e := call(syscall.SYS_WRITE, fd, a.p[a.n:])
-		switch e {
-		case 0:
-			a.n += int(n)
-		case syscall.EINTR:
-		case syscall.EAGAIN:
-			return true // full: Write finishes it
-		default:
-			a.errno = e
-			return true
-		}
+	if !c.w.run(fd, syscall.SYS_WRITE, true) || c.w.errno != 0 {
+		return true // full (WriteAwaitRead finishes it the ordinary way) or failed
 	}
-	a.written = true
+	c.awaiting = true
 	if c.afterWrite != nil {
 		c.afterWrite()
 	}
