@@ -367,6 +367,10 @@ type DriverClient struct{ w *wire }
 // NewDriverClient returns a client with an empty connection pool.
 func NewDriverClient() *DriverClient { return &DriverClient{w: newWire()} }
 
+// ForgetHost closes the idle connections to host: a start that failed after
+// its poll leaves none to whatever answered on the port (launcher.HostForgetter).
+func (d *DriverClient) ForgetHost(host string) { d.w.closeIdle(host) }
+
 // maxProbeAnswer bounds what a RoundTrip reads of an answer: a driver's
 // /status is small.
 const maxProbeAnswer = 1 << 20

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/websummoner/websummoner/internal/launcher"
 )
 
 // rawDriver answers each request on a connection with the next of answers (raw
@@ -302,6 +304,30 @@ func TestDriverClientShared(t *testing.T) {
 	}
 	if n := conns.Load(); n != 1 {
 		t.Fatalf("%d connections for a poll and a new-session call, want 1", n)
+	}
+}
+
+// A start that failed after its poll makes the client forget the host: the
+// poll's connection to whatever answered is closed, not kept for a later call.
+func TestDriverClientForgetsHost(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	conns := countConns(t, srv)
+	dc := NewDriverClient()
+	var _ launcher.HostForgetter = dc
+	probe := &http.Client{Transport: dc}
+	for range 2 {
+		resp, err := probe.Get(srv.URL + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		dc.ForgetHost(strings.TrimPrefix(srv.URL, "http://"))
+	}
+	if n := conns.Load(); n != 2 {
+		t.Fatalf("%d connections for two polls with the host forgotten between them, want 2", n)
+	}
+	if n := len(dc.w.idle); n != 0 {
+		t.Fatalf("%d hosts still have idle connections", n)
 	}
 }
 

@@ -246,6 +246,15 @@ func (o Options) ReadyClient() *http.Client {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
+// HostForgetter is implemented by a ReadyTransport that keeps connections by
+// host: a launcher whose start failed after a poll (the driver exited, or
+// what answered on its port was another program) makes it drop them, so no
+// later call reuses a connection to whatever answered there.
+type HostForgetter interface {
+	// ForgetHost closes the idle connections to host (host:port).
+	ForgetHost(host string)
+}
+
 // errRefused is a poll a refused connect answered.
 var errRefused = errors.New("connection refused")
 

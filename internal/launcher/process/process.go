@@ -65,10 +65,15 @@ type Launcher struct {
 	// hub that starts no local driver (Docker mode) has nothing to be told.
 	spawnErr  error
 	spawnNote sync.Once
+	// diagNote logs, once, that the kernel cannot say who listens on a port.
+	diagNote sync.Once
 
-	mu       sync.Mutex
-	ports    map[int]bool // handed to a live driver of this hub
-	nextPort int          // the next port to try; 0 before the first start
+	// reserved, when set (tests only), is called with each port reserved,
+	// before its driver starts.
+	reserved func(port int)
+
+	mu    sync.Mutex
+	ports map[int]bool // handed to a live driver of this hub
 }
 
 // New returns a process launcher.
@@ -103,19 +108,17 @@ func New(opts Options, logger *slog.Logger) *Launcher {
 // reservePort returns a loopback port no live driver of this hub holds. Picking a
 // free port and closing it is racy by nature; the reservation removes the race
 // between this hub's own drivers, and a driver that still loses its port to
-// another program exits, which Start notices and retries.
+// another program exits, or is found not to hold it (checkListener), and Start
+// retries. Each search starts at a random port: two hubs on one machine taking
+// ports in turn fell into step, each skipping the other's live drivers and
+// landing on the port the other was about to take.
 func (l *Launcher) reservePort() (int, error) {
 	span := portMax - portMin
+	start := mrand.IntN(span)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.nextPort == 0 {
-		l.nextPort = portMin + mrand.IntN(span)
-	}
-	for range span {
-		port := l.nextPort
-		if l.nextPort++; l.nextPort >= portMax {
-			l.nextPort = portMin
-		}
+	for i := range span {
+		port := portMin + (start+i)%span
 		if l.ports[port] {
 			continue
 		}
@@ -133,9 +136,9 @@ func (l *Launcher) reservePort() (int, error) {
 	return 0, fmt.Errorf("no free loopback port in %d-%d", portMin, portMax-1)
 }
 
-// The drivers' ports: taken in turn from a range below Linux's ephemeral ports
-// (32768-60999), so a port is not reused soon after its driver ended, and no
-// outgoing connection of the machine competes for it.
+// The drivers' ports: picked at random from a range below Linux's ephemeral
+// ports (32768-60999), so a port is seldom reused soon after its driver ended,
+// and no outgoing connection of the machine competes for it.
 const (
 	portMin = 20000
 	portMax = 32000
@@ -164,10 +167,15 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 			return inst, nil
 		}
 		lastErr = err
-		if !errors.Is(err, launcher.ErrExited) || ctx.Err() != nil {
+		taken := errors.Is(err, errPortTaken)
+		if !taken && !errors.Is(err, launcher.ErrExited) || ctx.Err() != nil {
 			break
 		}
-		logtag.Event(l.log, slog.LevelWarn, r.ID, "DRIVER_EXITED_AT_START", name, fmt.Sprintf("attempt %d of %d", attempt, l.opts.PortAttempts), err)
+		event := "DRIVER_EXITED_AT_START"
+		if taken {
+			event = "PORT_TAKEN"
+		}
+		logtag.Event(l.log, slog.LevelWarn, r.ID, event, name, fmt.Sprintf("attempt %d of %d", attempt, l.opts.PortAttempts), err)
 	}
 	return nil, lastErr
 }
@@ -176,6 +184,9 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	port, err := l.reservePort()
 	if err != nil {
 		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Msg: err.Error(), Err: err}
+	}
+	if l.reserved != nil {
+		l.reserved(port)
 	}
 	token := make([]byte, 8)
 	_, _ = rand.Read(token)
@@ -268,12 +279,21 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 
 	err = launcher.WaitReady(ctx, l.client, inst.endpoints.Driver, inst.exited)
 	if err == nil {
+		err = l.checkListener(r.ID, inst)
+	}
+	if err == nil {
 		return inst, nil
+	}
+	if f, ok := l.opts.ReadyTransport.(launcher.HostForgetter); ok {
+		f.ForgetHost(inst.endpoints.Driver.Host) // the poll's connection, whoever answered it
 	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.StopTimeout)
 	defer cancel()
 	_ = inst.Stop(stopCtx)
 	switch {
+	case errors.Is(err, errPortTaken):
+		return nil, &launcher.StartError{Phase: launcher.PhaseStartup, Browser: name, Err: errPortTaken, Engine: true,
+			Msg: fmt.Sprintf("another program took port %d before driver %q listened on it (another hub on this machine?)", port, argv[0])}
 	case errors.Is(err, launcher.ErrExited):
 		return nil, &launcher.StartError{Phase: launcher.PhaseStartup, Browser: name, Err: launcher.ErrExited, Engine: true,
 			Msg: fmt.Sprintf("driver %q exited during start-up on port %d (%s): %s", argv[0], port, inst.ExitReason(), inst.tail.String())}

@@ -1,0 +1,131 @@
+package process
+
+import (
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/websummoner/websummoner/internal/logtag"
+)
+
+// A driver's readiness poll only says that something answers on its port. A
+// port checked free can be taken before the driver listens on it — by another
+// hub on the machine starting its own driver there — and that program then
+// answers the poll while our driver is still starting (it fails to listen and
+// exits a moment later). The session would be bound to the other program's
+// driver. So once the poll succeeds, the launcher asks the kernel which socket
+// listens on the port (sock_diag: one netlink round trip, whatever else the
+// machine runs) and checks that the driver or one of its descendants holds it.
+
+// errPortTaken says another program listens on the driver's port.
+var errPortTaken = errors.New("another program listens on the driver's port")
+
+// Netlink's sock_diag, from linux/sock_diag.h and linux/inet_diag.h.
+const (
+	netlinkSockDiag   = 4  // NETLINK_SOCK_DIAG
+	sockDiagByFamily  = 20 // SOCK_DIAG_BY_FAMILY
+	nlmsgError        = 2  // NLMSG_ERROR
+	nlmsgHdrLen       = 16
+	inetDiagReqLen    = 56 // struct inet_diag_req_v2
+	inetDiagMsgLen    = 72 // struct inet_diag_msg
+	inetDiagInodeAt   = 68 // idiag_inode in struct inet_diag_msg
+	tcpListenStateBit = 1 << 10
+)
+
+// listenerInode is the inode of the socket listening on 127.0.0.1:port (or on
+// every address at that port); ok is false when none does. An error says the
+// kernel could not be asked (no sock_diag in this kernel or sandbox).
+func listenerInode(port int) (inode uint64, ok bool, err error) {
+	fd, err := syscall.Socket(syscall.AF_NETLINK, syscall.SOCK_DGRAM|syscall.SOCK_CLOEXEC, netlinkSockDiag)
+	if err != nil {
+		return 0, false, err
+	}
+	defer syscall.Close(fd)
+	var msg [nlmsgHdrLen + inetDiagReqLen]byte
+	binary.NativeEndian.PutUint32(msg[0:], uint32(len(msg)))
+	binary.NativeEndian.PutUint16(msg[4:], sockDiagByFamily)
+	binary.NativeEndian.PutUint16(msg[6:], syscall.NLM_F_REQUEST) // one socket, not a dump
+	req := msg[nlmsgHdrLen:]
+	req[0], req[1] = syscall.AF_INET, syscall.IPPROTO_TCP
+	binary.NativeEndian.PutUint32(req[4:], tcpListenStateBit)
+	binary.BigEndian.PutUint16(req[8:], uint16(port))   // idiag_sport
+	copy(req[12:16], []byte{127, 0, 0, 1})              // idiag_src
+	binary.NativeEndian.PutUint64(req[48:], ^uint64(0)) // INET_DIAG_NOCOOKIE
+	if err := syscall.Sendto(fd, msg[:], 0, &syscall.SockaddrNetlink{Family: syscall.AF_NETLINK}); err != nil {
+		return 0, false, err
+	}
+	var buf [512]byte
+	n, _, err := syscall.Recvfrom(fd, buf[:], 0)
+	if err != nil {
+		return 0, false, err
+	}
+	if n < nlmsgHdrLen+4 {
+		return 0, false, errors.New("sock_diag: short answer")
+	}
+	switch binary.NativeEndian.Uint16(buf[4:]) {
+	case nlmsgError:
+		errno := syscall.Errno(-int32(binary.NativeEndian.Uint32(buf[nlmsgHdrLen:])))
+		if errno == syscall.ENOENT {
+			return 0, false, nil
+		}
+		return 0, false, errno
+	case sockDiagByFamily:
+		if n < nlmsgHdrLen+inetDiagMsgLen {
+			return 0, false, errors.New("sock_diag: short answer")
+		}
+		return uint64(binary.NativeEndian.Uint32(buf[nlmsgHdrLen+inetDiagInodeAt:])), true, nil
+	}
+	return 0, false, errors.New("sock_diag: unexpected answer")
+}
+
+// holdsSocket reports whether pid or one of its descendants (a driver started
+// through a wrapper) has the socket with this inode open.
+func holdsSocket(pid int, inode uint64) bool {
+	want := "socket:[" + strconv.FormatUint(inode, 10) + "]"
+	queue := []int{pid}
+	for seen := 0; len(queue) > 0 && seen < 64; seen++ {
+		p := strconv.Itoa(queue[0])
+		queue = queue[1:]
+		if fds, err := os.ReadDir("/proc/" + p + "/fd"); err == nil {
+			for _, fd := range fds {
+				if target, err := os.Readlink("/proc/" + p + "/fd/" + fd.Name()); err == nil && target == want {
+					return true
+				}
+			}
+		}
+		// A program may fork from any of its threads (Go's do), so the
+		// children of every thread.
+		tasks, _ := os.ReadDir("/proc/" + p + "/task")
+		for _, t := range tasks {
+			data, _ := os.ReadFile("/proc/" + p + "/task/" + t.Name() + "/children")
+			for _, f := range strings.Fields(string(data)) {
+				if c, err := strconv.Atoi(f); err == nil {
+					queue = append(queue, c)
+				}
+			}
+		}
+	}
+	return false
+}
+
+// checkListener says whether the driver's port is its driver's: errPortTaken
+// when another program listens there (or nothing does any more). When the
+// kernel cannot be asked, it trusts the poll and says so once in the log.
+func (l *Launcher) checkListener(id string, inst *instance) error {
+	inode, ok, err := listenerInode(inst.port)
+	if err != nil {
+		l.diagNote.Do(func() {
+			logtag.Event(l.log, slog.LevelWarn, id, "PORT_UNCHECKED", "cannot ask the kernel which process listens on a driver's port: "+err.Error(),
+				"a driver whose port another program took could be mistaken for that program")
+		})
+		return nil
+	}
+	if !ok || !holdsSocket(inst.pid, inode) {
+		return errPortTaken
+	}
+	return nil
+}

@@ -1,0 +1,175 @@
+package process
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/logtest"
+)
+
+// A program that takes a driver's port after the launcher checked it was free
+// (another hub on the machine starting a driver on the same port) answers the
+// readiness poll before the driver has even tried to listen. The session must
+// not be bound to that program's driver: the launcher sees the listener is
+// not its driver's, and starts again on another port.
+func TestForeignListenerOnTheDriversPortIsNotTheDriver(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		foreign []string // what reached the other program
+	)
+	lines, log := logtest.New(64)
+	rt := &forgetting{RoundTripper: &http.Transport{}}
+	l := New(Options{Options: launcher.Options{StartupTimeout: 20e9, StopTimeout: 2e9, Instance: "test-" + t.Name(), ReadyTransport: rt}}, log)
+	var taken int
+	l.reserved = func(port int) {
+		if taken != 0 {
+			return
+		}
+		taken = port
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			t.Errorf("taking port %d: %v", port, err)
+			return
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			foreign = append(foreign, r.Method+" "+r.URL.Path)
+			mu.Unlock()
+			w.Write([]byte(`{"value":{"ready":true}}`))
+		})}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+	}
+	// The driver waits before it listens, so the other program answers the
+	// first poll while the driver still runs (and then fails to listen).
+	inst, err := l.Start(context.Background(), req("-listen-delay", "300ms"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Stop(context.Background())
+	if taken == 0 {
+		t.Fatal("the test's hook never ran")
+	}
+	if got := inst.Endpoints().Driver.Port(); got == strconv.Itoa(taken) {
+		t.Fatalf("the session's driver is the other program on port %s", got)
+	}
+	if pid, own := pidOf(t, inst), inst.(*instance).pid; pid != own {
+		t.Fatalf("%s answered by pid %d, not its own driver %d", inst.Endpoints().Driver.Host, pid, own)
+	}
+	if want := "127.0.0.1:" + strconv.Itoa(taken); !slices.Contains(rt.forgot, want) {
+		t.Errorf("the poll's transport was told to forget %v, not %s", rt.forgot, want)
+	}
+	mu.Lock()
+	for _, r := range foreign {
+		if r != "GET /status" {
+			t.Errorf("the other program got %q; only the readiness poll may reach it", r)
+		}
+	}
+	mu.Unlock()
+	// Start logs before it returns: the line is in the channel already.
+	for {
+		select {
+		case m := <-lines:
+			if strings.Contains(m, "PORT_TAKEN") {
+				return
+			}
+			continue
+		default:
+		}
+		t.Fatal("the retry was not logged as PORT_TAKEN")
+	}
+}
+
+// forgetting is a ReadyTransport that keeps connections by host and records
+// which hosts it was told to forget.
+type forgetting struct {
+	http.RoundTripper
+	forgot []string
+}
+
+func (f *forgetting) ForgetHost(host string) { f.forgot = append(f.forgot, host) }
+
+// The kernel names the socket listening on a port, and the check finds it
+// among the fds of the process holding it or of any ancestor's descendants —
+// and not in an unrelated process.
+func TestListenerInodeAndHolder(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	f, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	inode, ok, err := listenerInode(port)
+	if err != nil || !ok || inode != st.Ino {
+		t.Fatalf("listener on %d: inode %d ok %v err %v; want %d", port, inode, ok, err, st.Ino)
+	}
+	if !holdsSocket(os.Getpid(), inode) {
+		t.Fatal("this process holds its listener, but the check says not")
+	}
+	// A connection's local port is not a listener.
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok, err := listenerInode(c.LocalAddr().(*net.TCPAddr).Port); ok || err != nil {
+		t.Fatalf("a client port was taken for a listener (ok %v, err %v)", ok, err)
+	}
+
+	// A listener held by a child: the child holds it, so does this process
+	// through its descendants, and an unrelated process does not.
+	cmd := exec.Command(stub, "-port", "0")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n') // "wdstub: listening on 127.0.0.1:N"
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, addr, _ := strings.Cut(strings.TrimSpace(line), "listening on ")
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		t.Fatalf("stub said %q: %v", line, err)
+	}
+	inode, ok, err = listenerInode(int(ap.Port()))
+	if err != nil || !ok {
+		t.Fatalf("the stub's listener on %v: ok %v err %v", ap, ok, err)
+	}
+	if !holdsSocket(cmd.Process.Pid, inode) || !holdsSocket(os.Getpid(), inode) {
+		t.Fatal("the stub's listener was not found under the stub or under its parent")
+	}
+	other := exec.Command("sleep", "60")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }()
+	if holdsSocket(other.Process.Pid, inode) {
+		t.Fatal("an unrelated process was said to hold the stub's listener")
+	}
+}
