@@ -454,6 +454,7 @@ func (p *program) shutdown(sig os.Signal, sigs <-chan os.Signal, srv *httpserver
 	}()
 	p.hub.Drain(ctx)
 	cancel()
+	_ = p.procs.Close() // the download directories kept for reuse
 	if p.containers != nil {
 		sctx, scancel := context.WithTimeout(context.Background(), p.c.launch.StopTimeout)
 		p.containers.SweepAll(sctx)

@@ -74,6 +74,7 @@ type Launcher struct {
 
 	mu    sync.Mutex
 	ports map[int]bool // handed to a live driver of this hub
+	spare []string     // empty download directories of ended sessions
 }
 
 // New returns a process launcher.
@@ -204,8 +205,8 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 		rOpts: r.Options,
 	}
 	inst.endpoints.Log = inst.log
-	downloads := filepath.Join(l.downloadRoot(), hex.EncodeToString(token))
-	if err := os.MkdirAll(downloads, 0o700); err != nil {
+	downloads, err := l.downloadDir(token)
+	if err != nil {
 		l.freePort(port)
 		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Err: err, Msg: "cannot create the session's download directory: " + err.Error()}
 	}
@@ -435,7 +436,7 @@ func (i *instance) Stop(ctx context.Context) error {
 		pipe.Stop()
 		i.l.freePort(i.port)
 		i.closeLog()
-		if err := os.RemoveAll(i.downloads); err != nil {
+		if err := i.l.releaseDownloads(i.downloads); err != nil {
 			errs = append(errs, fmt.Errorf("removing the download directory: %w", err))
 		}
 		if len(errs) > 0 {
@@ -449,7 +450,7 @@ func (i *instance) Stop(ctx context.Context) error {
 func (i *instance) discard() {
 	i.l.freePort(i.port)
 	i.closeLog()
-	_ = os.RemoveAll(i.downloads)
+	_ = i.l.releaseDownloads(i.downloads)
 }
 
 func (i *instance) closeLog() {
