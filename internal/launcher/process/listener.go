@@ -1,6 +1,7 @@
 package process
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"log/slog"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"github.com/websummoner/websummoner/internal/logtag"
 )
@@ -85,17 +87,13 @@ func listenerInode(port int) (inode uint64, ok bool, err error) {
 // holdsSocket reports whether pid or one of its descendants (a driver started
 // through a wrapper) has the socket with this inode open.
 func holdsSocket(pid int, inode uint64) bool {
-	want := "socket:[" + strconv.FormatUint(inode, 10) + "]"
+	want := []byte("socket:[" + strconv.FormatUint(inode, 10) + "]")
 	queue := []int{pid}
 	for seen := 0; len(queue) > 0 && seen < 64; seen++ {
 		p := strconv.Itoa(queue[0])
 		queue = queue[1:]
-		if fds, err := os.ReadDir("/proc/" + p + "/fd"); err == nil {
-			for _, fd := range fds {
-				if target, err := os.Readlink("/proc/" + p + "/fd/" + fd.Name()); err == nil && target == want {
-					return true
-				}
-			}
+		if fdsHold("/proc/"+p+"/fd", want) {
+			return true
 		}
 		// A program may fork from any of its threads (Go's do), so the
 		// children of every thread.
@@ -107,6 +105,31 @@ func holdsSocket(pid int, inode uint64) bool {
 					queue = append(queue, c)
 				}
 			}
+		}
+	}
+	return false
+}
+
+// fdsHold reports whether a process's fd directory has a descriptor whose
+// link reads want. The links are read relative to the directory
+// (readlinkat), not by full path: each /proc path walk was most of the cost.
+func fdsHold(dir string, want []byte) bool {
+	d, err := os.Open(dir)
+	if err != nil {
+		return false
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	dfd := int(d.Fd())
+	var buf [64]byte
+	for _, name := range names {
+		p, err := syscall.BytePtrFromString(name)
+		if err != nil {
+			continue
+		}
+		n, _, errno := syscall.Syscall6(syscall.SYS_READLINKAT, uintptr(dfd), uintptr(unsafe.Pointer(p)), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0)
+		if errno == 0 && bytes.Equal(buf[:n], want) {
+			return true
 		}
 	}
 	return false

@@ -173,3 +173,33 @@ func TestListenerInodeAndHolder(t *testing.T) {
 		t.Fatal("an unrelated process was said to hold the stub's listener")
 	}
 }
+
+// What the check costs a start: the kernel's answer for the port, and the
+// driver's descriptors read until its listener is found (a Go stub's is its
+// eighth).
+func BenchmarkCheckListener(b *testing.B) {
+	cmd := exec.Command(stub, "-port", "0")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		b.Fatal(err)
+	}
+	_, addr, _ := strings.Cut(strings.TrimSpace(line), "listening on ")
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		inode, ok, err := listenerInode(int(ap.Port()))
+		if err != nil || !ok || !holdsSocket(cmd.Process.Pid, inode) {
+			b.Fatalf("the stub's listener: ok %v err %v", ok, err)
+		}
+	}
+}
