@@ -48,25 +48,30 @@ func TestDownloadDirsReusedOnlyEmptyAndPrivate(t *testing.T) {
 		t.Fatalf("b's directory: %v %v", fi, err)
 	}
 
-	// b downloads a file: its directory goes, file and all, and is not kept.
-	if err := os.WriteFile(filepath.Join(b.downloads, "report.txt"), []byte("b's"), 0o600); err != nil {
-		t.Fatal(err)
+	// A directory its session spoiled goes, and is not kept: b's holds a
+	// download, c's was opened up to others.
+	spoilers := []struct {
+		what  string
+		spoil func(dir string) error
+	}{
+		{"holding a file", func(dir string) error {
+			return os.WriteFile(filepath.Join(dir, "report.txt"), []byte("mine"), 0o600)
+		}},
+		{"of mode 0755", func(dir string) error { return os.Chmod(dir, 0o755) }},
 	}
-	stop(b)
-	gone(b.downloads)
-	if len(l.spare) != 0 {
-		t.Fatalf("a directory that held a file was kept: %v", l.spare)
-	}
-
-	// c's directory was opened up to others: not kept.
-	c := start()
-	if err := os.Chmod(c.downloads, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	stop(c)
-	gone(c.downloads)
-	if len(l.spare) != 0 {
-		t.Fatalf("a directory of mode 0755 was kept: %v", l.spare)
+	for i, s := range spoilers {
+		x := b
+		if i > 0 {
+			x = start()
+		}
+		if err := s.spoil(x.downloads); err != nil {
+			t.Fatal(err)
+		}
+		stop(x)
+		gone(x.downloads)
+		if len(l.spare) != 0 {
+			t.Fatalf("a directory %s was kept: %v", s.what, l.spare)
+		}
 	}
 
 	d := start()

@@ -139,27 +139,10 @@ func TestListenerInodeAndHolder(t *testing.T) {
 
 	// A listener held by a child: the child holds it, so does this process
 	// through its descendants, and an unrelated process does not.
-	cmd := exec.Command(stub, "-port", "0")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	line, err := bufio.NewReader(out).ReadString('\n') // "wdstub: listening on 127.0.0.1:N"
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, addr, _ := strings.Cut(strings.TrimSpace(line), "listening on ")
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		t.Fatalf("stub said %q: %v", line, err)
-	}
-	inode, ok, err = listenerInode(int(ap.Port()))
+	cmd, stubPort := listeningStub(t)
+	inode, ok, err = listenerInode(stubPort)
 	if err != nil || !ok {
-		t.Fatalf("the stub's listener on %v: ok %v err %v", ap, ok, err)
+		t.Fatalf("the stub's listener on %d: ok %v err %v", stubPort, ok, err)
 	}
 	if !holdsSocket(cmd.Process.Pid, inode) || !holdsSocket(os.Getpid(), inode) {
 		t.Fatal("the stub's listener was not found under the stub or under its parent")
@@ -178,28 +161,36 @@ func TestListenerInodeAndHolder(t *testing.T) {
 // driver's descriptors read until its listener is found (a Go stub's is its
 // eighth).
 func BenchmarkCheckListener(b *testing.B) {
-	cmd := exec.Command(stub, "-port", "0")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		b.Fatal(err)
-	}
-	_, addr, _ := strings.Cut(strings.TrimSpace(line), "listening on ")
-	ap, err := netip.ParseAddrPort(addr)
-	if err != nil {
-		b.Fatal(err)
-	}
+	cmd, port := listeningStub(b)
 	for b.Loop() {
-		inode, ok, err := listenerInode(int(ap.Port()))
+		inode, ok, err := listenerInode(port)
 		if err != nil || !ok || !holdsSocket(cmd.Process.Pid, inode) {
 			b.Fatalf("the stub's listener: ok %v err %v", ok, err)
 		}
 	}
+}
+
+// listeningStub runs the stub driver on a port of the kernel's choosing,
+// until the test ends, and returns it once it listens.
+func listeningStub(tb testing.TB) (*exec.Cmd, int) {
+	tb.Helper()
+	cmd := exec.Command(stub, "-port", "0")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n') // "wdstub: listening on 127.0.0.1:N"
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, addr, _ := strings.Cut(strings.TrimSpace(line), "listening on ")
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		tb.Fatalf("the stub said %q: %v", line, err)
+	}
+	return cmd, int(ap.Port())
 }
