@@ -169,7 +169,7 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 		}
 		lastErr = err
 		taken := errors.Is(err, errPortTaken)
-		if !taken && !errors.Is(err, launcher.ErrExited) || ctx.Err() != nil {
+		if (!taken && !errors.Is(err, launcher.ErrExited)) || ctx.Err() != nil {
 			break
 		}
 		event := "DRIVER_EXITED_AT_START"
