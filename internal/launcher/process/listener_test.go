@@ -127,6 +127,16 @@ func TestListenerInodeAndHolder(t *testing.T) {
 	if !holdsSocket(os.Getpid(), inode) {
 		t.Fatal("this process holds its listener, but the check says not")
 	}
+	// A listener on every address (a driver told to allow remote clients)
+	// answers on 127.0.0.1 too, and is found.
+	all, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer all.Close()
+	if _, ok, err := listenerInode(all.Addr().(*net.TCPAddr).Port); !ok || err != nil {
+		t.Fatalf("a listener on every address was not found (ok %v, err %v)", ok, err)
+	}
 	// A connection's local port is not a listener.
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
