@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/launcher/process"
 )
 
 // stubDeleteDelay is the stub's DELETE time in the churn scenarios: a real
@@ -148,12 +149,13 @@ func (e *Env) floorChurn(ctx context.Context, c, k int, d time.Duration) churnRu
 			release()
 		}
 		base := "http://127.0.0.1:" + strconv.Itoa(port)
-		// As the hub does, with the hub's own code: a refused connect every
-		// millisecond at first, then HTTP polls with backoff; a stub that
-		// exits (it lost its port) counts as a failed start.
+		// As the hub does, with the hub's own code: the kernel asked every
+		// millisecond at first whether the stub listens, then HTTP polls
+		// with backoff; a stub that exits (it lost its port) counts as a
+		// failed start.
 		u, _ := url.Parse(base)
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err = launcher.WaitReady(rctx, ready, u, exited)
+		err = launcher.WaitListening(rctx, ready, u, exited, func() (bool, bool) { return process.Listening(port) })
 		cancel()
 		if err != nil {
 			stop()

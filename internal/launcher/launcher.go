@@ -269,6 +269,23 @@ var ErrExited = errors.New("driver exited before it answered")
 // millisecond for the first 100 ms; once something accepts without answering
 // (Docker's port proxy), every round is a poll.
 func WaitReady(ctx context.Context, client *http.Client, base *url.URL, exited <-chan struct{}) error {
+	return WaitListening(ctx, client, base, exited, nil)
+}
+
+// WaitListening is WaitReady for a driver that runs on this machine, where
+// whether anything listens on its port can be asked of the kernel
+// (listening; known is false when it cannot say) instead of tried with a
+// connect. Not for a published container port: with Docker's userland proxy
+// off nothing listens there until the container's driver does.
+func WaitListening(ctx context.Context, client *http.Client, base *url.URL, exited <-chan struct{}, listening func() (yes, known bool)) error {
+	notYet := func() bool {
+		if listening != nil {
+			if yes, known := listening(); known {
+				return !yes
+			}
+		}
+		return refused(base.Host)
+	}
 	status := base.JoinPath("status").String()
 	delay := time.Millisecond
 	precheck := true
@@ -278,7 +295,7 @@ func WaitReady(ctx context.Context, client *http.Client, base *url.URL, exited <
 			resp *http.Response
 			err  = errRefused // not listening yet: no HTTP poll needed to know
 		)
-		if !precheck || !refused(base.Host) {
+		if !precheck || !notYet() {
 			req, rerr := http.NewRequestWithContext(ctx, http.MethodGet, status, nil)
 			if rerr != nil {
 				return rerr

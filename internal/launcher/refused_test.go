@@ -91,6 +91,41 @@ func TestWaitReadyPollsOnlyAListeningDriver(t *testing.T) {
 	}
 }
 
+// WaitListening asks instead of connecting: while the answer is "not yet"
+// no connection is made and no poll sent, even to a port that listens; once
+// it is "yes", one poll finds the driver. An answer it cannot give ("not
+// known") falls back to the connect.
+func TestWaitListeningAsksInsteadOfConnecting(t *testing.T) {
+	var accepted atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			accepted.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	base, _ := url.Parse(srv.URL)
+	ct := &countingTransport{rt: &http.Transport{DisableKeepAlives: true}}
+	client := &http.Client{Transport: ct}
+	asked := 0
+	if err := WaitListening(context.Background(), client, base, nil, func() (bool, bool) {
+		asked++
+		return asked > 3, true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if asked != 4 || ct.polls.Load() != 1 || accepted.Load() != 1 {
+		t.Fatalf("asked %d times, %d polls, %d connections; want 4, 1, 1", asked, ct.polls.Load(), accepted.Load())
+	}
+	if err := WaitListening(context.Background(), client, base, nil, func() (bool, bool) { return false, false }); err != nil {
+		t.Fatal(err)
+	}
+	if ct.polls.Load() != 2 {
+		t.Fatalf("%d polls; an unknown answer must fall back to the connect and find the driver", ct.polls.Load())
+	}
+}
+
 // Something that accepts for the driver and closes without answering, as
 // Docker's port proxy does before the container's driver listens: WaitReady
 // polls over HTTP every round and finds the driver when it answers.

@@ -84,6 +84,16 @@ func listenerInode(port int) (inode uint64, ok bool, err error) {
 	return 0, false, errors.New("sock_diag: unexpected answer")
 }
 
+// Listening says whether anything listens on 127.0.0.1:port (or on every
+// address at that port), asked of the kernel: cheaper than a refused connect
+// (9 against ~45 µs here, no packets), and short enough that Go's scheduler
+// does not hand the hub's one CPU slot to another thread meanwhile. known is
+// false when the kernel cannot be asked. For launcher.WaitListening.
+func Listening(port int) (yes, known bool) {
+	_, ok, err := listenerInode(port)
+	return ok, err == nil
+}
+
 // holdsSocket reports whether pid or one of its descendants (a driver started
 // through a wrapper) has the socket with this inode open.
 func holdsSocket(pid int, inode uint64) bool {

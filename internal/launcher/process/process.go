@@ -278,7 +278,7 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	go inst.wait()
 	logtag.Event(l.log, slog.LevelDebug, r.ID, "PROCESS_STARTED", name, "pid "+strconv.Itoa(inst.pid), "port "+strconv.Itoa(port))
 
-	err = launcher.WaitReady(ctx, l.client, inst.endpoints.Driver, inst.exited)
+	err = launcher.WaitListening(ctx, l.client, inst.endpoints.Driver, inst.exited, func() (bool, bool) { return Listening(port) })
 	if err == nil {
 		err = l.checkListener(r.ID, inst)
 	}
