@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 	"syscall"
 	"unsafe"
 
@@ -109,12 +108,7 @@ func holdsSocket(pid int, inode uint64) bool {
 		// children of every thread.
 		tasks, _ := os.ReadDir("/proc/" + p + "/task")
 		for _, t := range tasks {
-			data, _ := os.ReadFile("/proc/" + p + "/task/" + t.Name() + "/children")
-			for _, f := range strings.Fields(string(data)) {
-				if c, err := strconv.Atoi(f); err == nil {
-					queue = append(queue, c)
-				}
-			}
+			queue = threadChildren(p, t.Name(), queue)
 		}
 	}
 	return false

@@ -29,11 +29,16 @@ func becomeSubreaper() error {
 // machine. Orphans reparented to a subreaper are its main thread's children.
 func childrenOf(pid int) []int {
 	p := strconv.Itoa(pid)
-	data, err := os.ReadFile("/proc/" + p + "/task/" + p + "/children")
+	return threadChildren(p, p, nil)
+}
+
+// threadChildren appends to out the children of one thread (tid) of process
+// pid, from /proc/<pid>/task/<tid>/children.
+func threadChildren(pid, tid string, out []int) []int {
+	data, err := os.ReadFile("/proc/" + pid + "/task/" + tid + "/children")
 	if err != nil {
-		return nil
+		return out
 	}
-	var out []int
 	for _, f := range strings.Fields(string(data)) {
 		if c, err := strconv.Atoi(f); err == nil {
 			out = append(out, c)
