@@ -113,6 +113,8 @@ func churnSession(ctx context.Context, w wd, base string, k int, s time.Time, fa
 // stub still being reaped delays the next create in both.
 func (e *Env) floorChurn(ctx context.Context, c, k int, d time.Duration) churnRun {
 	ready := launcher.Options{}.ReadyClient()
+	var diag process.SockDiag
+	defer diag.Close()
 	slots := make(chan struct{}, c)
 	var reaping sync.WaitGroup
 	defer reaping.Wait()
@@ -155,7 +157,7 @@ func (e *Env) floorChurn(ctx context.Context, c, k int, d time.Duration) churnRu
 		// failed start.
 		u, _ := url.Parse(base)
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err = launcher.WaitListening(rctx, ready, u, exited, func() (bool, bool) { return process.Listening(port) })
+		err = launcher.WaitListening(rctx, ready, u, exited, func() (bool, bool) { return diag.Listening(port) })
 		cancel()
 		if err != nil {
 			stop()

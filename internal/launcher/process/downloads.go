@@ -81,9 +81,11 @@ func reusable(dir string) bool {
 	return err == io.EOF
 }
 
-// Close removes the download directories kept for reuse. The hub calls it at
-// shutdown, once its sessions have ended; a start after Close makes new ones.
+// Close removes the download directories kept for reuse and closes the
+// kernel-query socket. The hub calls it at shutdown, once its sessions have
+// ended; a start after Close makes new ones.
 func (l *Launcher) Close() error {
+	_ = l.diag.Close()
 	l.mu.Lock()
 	spare := l.spare
 	l.spare = nil

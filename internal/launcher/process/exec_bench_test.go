@@ -58,3 +58,16 @@ func BenchmarkExecWithOpenDescriptors(b *testing.B) {
 		}
 	}
 }
+
+// What picking a driver's port costs a start: a bind to check it is free,
+// and the reservation.
+func BenchmarkReservePort(b *testing.B) {
+	l := &Launcher{ports: map[int]bool{}}
+	for b.Loop() {
+		port, err := l.reservePort()
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.freePort(port)
+	}
+}

@@ -3,6 +3,7 @@ package process
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"net"
 	"net/http"
 	"net/netip"
@@ -105,6 +106,8 @@ func (f *forgetting) ForgetHost(host string) { f.forgot = append(f.forgot, host)
 // among the fds of the process holding it or of any ancestor's descendants —
 // and not in an unrelated process.
 func TestListenerInodeAndHolder(t *testing.T) {
+	var diag SockDiag
+	defer diag.Close()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +123,7 @@ func TestListenerInodeAndHolder(t *testing.T) {
 	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
 		t.Fatal(err)
 	}
-	inode, ok, err := listenerInode(port)
+	inode, ok, err := diag.listener(port)
 	if err != nil || !ok || inode != st.Ino {
 		t.Fatalf("listener on %d: inode %d ok %v err %v; want %d", port, inode, ok, err, st.Ino)
 	}
@@ -134,7 +137,7 @@ func TestListenerInodeAndHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer all.Close()
-	if _, ok, err := listenerInode(all.Addr().(*net.TCPAddr).Port); !ok || err != nil {
+	if _, ok, err := diag.listener(all.Addr().(*net.TCPAddr).Port); !ok || err != nil {
 		t.Fatalf("a listener on every address was not found (ok %v, err %v)", ok, err)
 	}
 	// A connection's local port is not a listener.
@@ -143,14 +146,14 @@ func TestListenerInodeAndHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, ok, err := listenerInode(c.LocalAddr().(*net.TCPAddr).Port); ok || err != nil {
+	if _, ok, err := diag.listener(c.LocalAddr().(*net.TCPAddr).Port); ok || err != nil {
 		t.Fatalf("a client port was taken for a listener (ok %v, err %v)", ok, err)
 	}
 
 	// A listener held by a child: the child holds it, so does this process
 	// through its descendants, and an unrelated process does not.
 	cmd, stubPort := listeningStub(t)
-	inode, ok, err = listenerInode(stubPort)
+	inode, ok, err = diag.listener(stubPort)
 	if err != nil || !ok {
 		t.Fatalf("the stub's listener on %d: ok %v err %v", stubPort, ok, err)
 	}
@@ -172,8 +175,10 @@ func TestListenerInodeAndHolder(t *testing.T) {
 // eighth).
 func BenchmarkCheckListener(b *testing.B) {
 	cmd, port := listeningStub(b)
+	var diag SockDiag
+	defer diag.Close()
 	for b.Loop() {
-		inode, ok, err := listenerInode(port)
+		inode, ok, err := diag.listener(port)
 		if err != nil || !ok || !holdsSocket(cmd.Process.Pid, inode) {
 			b.Fatalf("the stub's listener: ok %v err %v", ok, err)
 		}
@@ -203,4 +208,107 @@ func listeningStub(tb testing.TB) (*exec.Cmd, int) {
 		tb.Fatalf("the stub said %q: %v", line, err)
 	}
 	return cmd, int(ap.Port())
+}
+
+// One netlink socket answers every question; an answer left behind by an
+// earlier question is not taken for the next one's; and a kept socket that
+// broke is replaced by a fresh one without the caller seeing an error.
+func TestSockDiagKeepsOneSocket(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	listening := ln.Addr().(*net.TCPAddr).Port
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	freePort := free.Addr().(*net.TCPAddr).Port
+	free.Close()
+
+	var d SockDiag
+	defer d.Close()
+	if yes, known := d.Listening(listening); !yes || !known {
+		t.Fatalf("port %d listens: got yes %v known %v", listening, yes, known)
+	}
+	fd := d.fd
+	for range 100 {
+		if yes, known := d.Listening(freePort); yes || !known {
+			t.Fatalf("nothing listens on %d: got yes %v known %v", freePort, yes, known)
+		}
+	}
+	if d.fd != fd || !d.open {
+		t.Fatalf("the socket was replaced (fd %d, then %d) though nothing failed", fd, d.fd)
+	}
+
+	// An earlier question whose answer nobody read: "listening", for the
+	// other port. The next question's answer is the one for its port.
+	d.mu.Lock()
+	d.seq++
+	var msg [nlmsgHdrLen + inetDiagReqLen]byte
+	binary.NativeEndian.PutUint32(msg[0:], uint32(len(msg)))
+	binary.NativeEndian.PutUint16(msg[4:], sockDiagByFamily)
+	binary.NativeEndian.PutUint16(msg[6:], syscall.NLM_F_REQUEST)
+	binary.NativeEndian.PutUint32(msg[8:], d.seq)
+	msg[nlmsgHdrLen], msg[nlmsgHdrLen+1] = syscall.AF_INET, syscall.IPPROTO_TCP
+	binary.NativeEndian.PutUint32(msg[nlmsgHdrLen+4:], tcpListenStateBit)
+	binary.BigEndian.PutUint16(msg[nlmsgHdrLen+8:], uint16(listening))
+	copy(msg[nlmsgHdrLen+12:], []byte{127, 0, 0, 1})
+	binary.NativeEndian.PutUint64(msg[nlmsgHdrLen+48:], ^uint64(0))
+	err = syscall.Sendto(d.fd, msg[:], 0, &syscall.SockaddrNetlink{Family: syscall.AF_NETLINK})
+	d.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if yes, known := d.Listening(freePort); yes || !known {
+		t.Fatalf("nothing listens on %d, but with an old answer queued: yes %v known %v", freePort, yes, known)
+	}
+
+	// The kept socket breaks (swapped behind the SockDiag's back for a file
+	// that is no socket): the next question still gets its answer, on a new
+	// socket.
+	null, err := syscall.Open(os.DevNull, syscall.O_RDONLY|syscall.O_CLOEXEC, 0) // closed by the SockDiag
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	syscall.Close(d.fd)
+	d.fd = null
+	d.mu.Unlock()
+	if yes, known := d.Listening(listening); !yes || !known {
+		t.Fatalf("after the socket broke: yes %v known %v", yes, known)
+	}
+}
+
+// A port is offered to a driver only when the driver could bind it: not
+// while another program listens there (on it or on every address), and
+// again once it stopped.
+func TestBindableFindsTakenPorts(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:0", ":0"} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		if free, err := bindable(port); free || err != nil {
+			t.Fatalf("port %d has a listener on %s: bindable %v, %v", port, addr, free, err)
+		}
+		ln.Close()
+		if free, err := bindable(port); !free || err != nil {
+			t.Fatalf("port %d is free again: bindable %v, %v", port, free, err)
+		}
+	}
+	l := &Launcher{ports: map[int]bool{}}
+	taken := map[int]bool{}
+	for range 50 {
+		port, err := l.reservePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if taken[port] || port < portMin || port >= portMax {
+			t.Fatalf("reservePort gave %d: reserved twice or out of %d-%d", port, portMin, portMax)
+		}
+		taken[port] = true
+	}
 }
