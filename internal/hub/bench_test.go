@@ -6,7 +6,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/websummoner/websummoner/internal/queue"
 	"github.com/websummoner/websummoner/internal/webdriver"
@@ -37,9 +40,11 @@ func proxyBench(tb testing.TB) (f *fixture, direct, viaHub string) {
 
 var benchClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
 
-// commandLoop is the command, b.N times, through a pooled client.
+// commandLoop is the command, b.N times, through a pooled client. Besides
+// the wall time it reports the process's CPU time a command (cpu-ns/op).
 func commandLoop(b *testing.B, url string) {
 	b.ReportAllocs()
+	cpu0 := processCPU()
 	for b.Loop() {
 		resp, err := benchClient.Get(url)
 		if err != nil || resp.StatusCode != 200 {
@@ -48,6 +53,14 @@ func commandLoop(b *testing.B, url string) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
+	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+}
+
+// processCPU is the CPU time this process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkProxyHandler is the hub's handler alone (no client socket): what the
@@ -106,26 +119,43 @@ func BenchmarkSessionLookup(b *testing.B) {
 }
 
 // TestProxyOverheadTargets measures what the hub adds per command in process
-// (BenchmarkProxyCommand's two loops, one run each) and prints the targets
-// met or missed: hub − direct ≤ 40 µs and ≤ 40 allocations. It runs from
-// make bench (WEBSUMMONER_BENCH=1); timing is never asserted in make test.
+// (BenchmarkProxyCommand's two loops) and prints the targets met or missed:
+// hub − direct ≤ 40 µs and ≤ 40 allocations. The loops take turns, five
+// rounds of one second each, and the median round's difference is the
+// figure: on a VM one second's wall time moves by tens of µs a command with
+// whatever else the host runs (37 to 92 µs in four single runs on one VM),
+// and turns put that on both loops alike. The process's CPU time per command
+// is printed beside it (the hub's CPU and the extra hop's kernel work, with
+// no waiting in it). It runs from make bench (WEBSUMMONER_BENCH=1); timing is
+// never asserted in make test.
 func TestProxyOverheadTargets(t *testing.T) {
 	if os.Getenv("WEBSUMMONER_BENCH") == "" {
 		t.Skip("make bench and make bench-short run it (WEBSUMMONER_BENCH=1)")
 	}
 	f, driverURL, hubURL := proxyBench(t)
-	direct := testing.Benchmark(func(b *testing.B) { commandLoop(b, driverURL) })
-	hub := testing.Benchmark(func(b *testing.B) { commandLoop(b, hubURL) })
+	const rounds = 5
+	var wall, cpu []float64
+	var allocs int64
+	for range rounds {
+		direct := testing.Benchmark(func(b *testing.B) { commandLoop(b, driverURL) })
+		hub := testing.Benchmark(func(b *testing.B) { commandLoop(b, hubURL) })
+		fmt.Printf("direct %d ns/op %.0f CPU ns/op %d allocs/op; hub %d ns/op %.0f CPU ns/op %d allocs/op\n",
+			direct.NsPerOp(), direct.Extra["cpu-ns/op"], direct.AllocsPerOp(), hub.NsPerOp(), hub.Extra["cpu-ns/op"], hub.AllocsPerOp())
+		wall = append(wall, float64(hub.NsPerOp()-direct.NsPerOp())/1e3)
+		cpu = append(cpu, (hub.Extra["cpu-ns/op"]-direct.Extra["cpu-ns/op"])/1e3)
+		allocs = max(allocs, hub.AllocsPerOp()-direct.AllocsPerOp())
+	}
 	f.sess.EndAll("shutdown")
-	us := float64(hub.NsPerOp()-direct.NsPerOp()) / 1e3
-	allocs := hub.AllocsPerOp() - direct.AllocsPerOp()
+	slices.Sort(wall)
+	slices.Sort(cpu)
+	us := wall[rounds/2]
 	verdict := func(ok bool) string {
 		if ok {
 			return "met"
 		}
 		return "MISSED"
 	}
-	fmt.Printf("direct %d ns/op %d allocs/op; hub %d ns/op %d allocs/op\n", direct.NsPerOp(), direct.AllocsPerOp(), hub.NsPerOp(), hub.AllocsPerOp())
-	fmt.Printf("target %-55s %10.3f µs (≤ 40.000): %s\n", "hub's own work per command (hub − direct)", us, verdict(us <= 40))
+	fmt.Printf("note: hub − direct per command, wall µs by round (sorted) %.1f; CPU µs %.1f (median %.1f)\n", wall, cpu, cpu[rounds/2])
+	fmt.Printf("target %-55s %10.3f µs (≤ 40.000): %s\n", "hub's own work per command (hub − direct, median round)", us, verdict(us <= 40))
 	fmt.Printf("target %-55s %10d allocs (≤ 40): %s\n", "hub's own allocations per command (hub − direct)", allocs, verdict(allocs <= 40))
 }
