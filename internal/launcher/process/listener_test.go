@@ -171,8 +171,8 @@ func TestListenerInodeAndHolder(t *testing.T) {
 }
 
 // What the check costs a start: the kernel's answer for the port, and the
-// driver's descriptors read until its listener is found (a Go stub's is its
-// eighth).
+// driver's descriptors read, highest first, until its listener is found (a
+// Go stub's is its third from the top, after its poller's epoll and eventfd).
 func BenchmarkCheckListener(b *testing.B) {
 	cmd, port := listeningStub(b)
 	var diag SockDiag
@@ -214,12 +214,7 @@ func listeningStub(tb testing.TB) (*exec.Cmd, int) {
 // earlier question is not taken for the next one's; and a kept socket that
 // broke is replaced by a fresh one without the caller seeing an error.
 func TestSockDiagKeepsOneSocket(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	listening := ln.Addr().(*net.TCPAddr).Port
+	listening := loopbackPort(t)
 	free, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -311,4 +306,41 @@ func TestBindableFindsTakenPorts(t *testing.T) {
 		}
 		taken[port] = true
 	}
+}
+
+// What one "does anything listen yet?" costs a start, asked every
+// millisecond until its driver listens: on the kept socket, and on a socket
+// opened and closed for the question, as before.
+func BenchmarkSockDiagListening(b *testing.B) {
+	port := loopbackPort(b)
+	b.Run("kept", func(b *testing.B) {
+		var d SockDiag
+		defer d.Close()
+		for b.Loop() {
+			if yes, known := d.Listening(port); !yes || !known {
+				b.Fatal("not listening")
+			}
+		}
+	})
+	b.Run("fresh", func(b *testing.B) {
+		for b.Loop() {
+			var d SockDiag
+			yes, known := d.Listening(port)
+			d.Close()
+			if !yes || !known {
+				b.Fatal("not listening")
+			}
+		}
+	})
+}
+
+// loopbackPort is a port something listens on (127.0.0.1) until the test ends.
+func loopbackPort(tb testing.TB) int {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	return ln.Addr().(*net.TCPAddr).Port
 }
