@@ -192,8 +192,9 @@ func holdsSocket(pid int, inode uint64) bool {
 // (readlinkat), not by full path: each /proc path walk was most of the cost.
 // They are read from the highest number down: the kernel gives out the lowest
 // free number, so a driver that has just started holds its listener among its
-// highest, next to the poll's accepted connection — two reads instead of
-// eight for a Go stub (each a few µs: the kernel formats the socket's name).
+// highest, under the poll's accepted connection and its poller's descriptors
+// (a Go stub's is the third or fourth from the top, the sixth from the
+// bottom), and each read costs a few µs (the kernel formats the name).
 func fdsHold(dir string, want []byte) bool {
 	dfd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
 	if err != nil {
