@@ -137,11 +137,14 @@ func (g *gate) acceptLoop() {
 		delay = 0
 		// Requests are read and answers written with raw calls (package rawio); the
 		// wrapped connection is the one the server and every map here see.
-		g.hold(rawio.Wrap(c))
+		g.hold(rawio.Wrap(c), g.timeout)
 	}
 }
 
-func (g *gate) hold(c net.Conn) {
+// hold keeps c until it has something to read (then the HTTP server gets it)
+// or timeout passes (then it is closed): a new connection, or one handed back
+// after a hijacked request (Rehold).
+func (g *gate) hold(c net.Conn, timeout time.Duration) {
 	h := &heldConn{since: time.Now()}
 	g.mu.Lock()
 	if g.closed {
@@ -151,7 +154,7 @@ func (g *gate) hold(c net.Conn) {
 	}
 	g.pending[c] = h
 	n := len(g.pending)
-	h.timer = time.AfterFunc(g.timeout, func() { g.drop(c) })
+	h.timer = time.AfterFunc(timeout, func() { g.drop(c) })
 	g.mu.Unlock()
 	g.held(n)
 	stop := g.watch.WatchReadable(c, func() { g.pass(c) })

@@ -86,9 +86,42 @@ type conn struct {
 	since   time.Time // when it entered state
 	reading bool      // a request body is still arriving
 	readAt  time.Time // when that body began
+	srv     *Server   // for Rehold
 }
 
 type connKey struct{}
+
+// Rehold returns a function that gives a connection hijacked from a request
+// this package's Server is serving back to that Server, to wait for the
+// connection's next request as an idle keep-alive connection does (closed
+// after IdleTimeout, shed first when descriptors run short). A handler that
+// answers a request by hand after a long wait (the hub's queued new-session
+// requests) keeps the client's connection this way instead of closing it.
+// It is nil when the server cannot take the connection back: a TLS
+// connection, or a request another server is serving. The caller must not
+// touch the connection after handing it back, and must hand back only a
+// connection with no bytes of a next request already read from it.
+func Rehold(ctx context.Context) func(net.Conn) {
+	info, _ := ctx.Value(connKey{}).(*conn)
+	if info == nil || info.srv == nil {
+		return nil
+	}
+	if _, ok := info.c.(*tls.Conn); ok {
+		return nil // the gate hands the HTTP server raw connections, which it wraps
+	}
+	return info.srv.rehold
+}
+
+func (s *Server) rehold(c net.Conn) {
+	s.mu.Lock()
+	g := s.gate
+	s.mu.Unlock()
+	if g == nil {
+		_ = c.Close()
+		return
+	}
+	g.hold(c, s.opts.IdleTimeout)
+}
 
 // New returns a server for h; it raises the descriptor soft limit to the hard
 // one first.
@@ -122,7 +155,7 @@ func New(opts Options, h http.Handler, logger *slog.Logger) (*Server, error) {
 		ConnState:         s.track,
 		// ConnContext runs before the StateNew hook: the record is made here.
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			info := &conn{c: c, state: http.StateNew, since: time.Now()}
+			info := &conn{c: c, state: http.StateNew, since: time.Now(), srv: s}
 			s.mu.Lock()
 			s.conns[c] = info
 			s.mu.Unlock()

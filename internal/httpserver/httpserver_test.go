@@ -14,6 +14,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -232,4 +233,90 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.
 	pool = x509.NewCertPool()
 	pool.AddCert(c)
 	return certFile, keyFile, pool
+}
+
+// reholding answers /hijack by hand on the hijacked connection and hands the
+// connection back with Rehold (or closes it when Rehold is nil); other paths
+// answer "next" as any handler does.
+var reholding = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/hijack" {
+		fmt.Fprint(w, "next")
+		return
+	}
+	rehold := Rehold(r.Context())
+	c, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(err)
+	}
+	if rehold == nil {
+		fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nclosed")
+		c.Close()
+		return
+	}
+	fmt.Fprint(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nkept")
+	rehold(c)
+})
+
+// A connection hijacked and handed back with Rehold serves the client's next
+// request, and is then an idle keep-alive connection like any (closed after
+// IdleTimeout); over TLS, or from another server, Rehold is nil.
+func TestReholdServesTheNextRequest(t *testing.T) {
+	_, addr := serve(t, Options{IdleTimeout: 300 * time.Millisecond}, reholding)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	get := func(path string) string {
+		t.Helper()
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("GET %s on the same connection: %v", path, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if got := get("/hijack"); got != "kept" {
+		t.Fatalf("the hijacked answer: %q", got)
+	}
+	if got := get("/next"); got != "next" {
+		t.Fatalf("the next request on the handed-back connection: %q", got)
+	}
+	if got := get("/hijack"); got != "kept" { // handed back twice
+		t.Fatalf("the second hijacked answer: %q", got)
+	}
+	// Handed back and then silent: closed after IdleTimeout, as any idle
+	// keep-alive connection.
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("a handed-back idle connection was not closed: %v", err)
+	}
+
+	// TLS: the gate hands the HTTP server raw connections, so no Rehold.
+	cert, key, pool := selfSigned(t, t.TempDir())
+	_, tlsAddr := serve(t, Options{TLSCert: cert, TLSKey: key}, reholding)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := client.Get("https://" + tlsAddr + "/hijack")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "closed" {
+		t.Fatalf("over TLS the handler got a Rehold (answered %q)", b)
+	}
+	// Another server: no Rehold.
+	other := httptest.NewServer(reholding)
+	defer other.Close()
+	resp, err = http.Get(other.URL + "/hijack")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "closed" {
+		t.Fatalf("a request of another server got a Rehold (answered %q)", b)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/websummoner/websummoner/internal/httpserver"
 	"github.com/websummoner/websummoner/internal/logtest"
 	"github.com/websummoner/websummoner/internal/queue"
 	"github.com/websummoner/websummoner/internal/webdriver"
@@ -351,4 +352,76 @@ func admit(q *queue.Queue, r *http.Request, req queue.Request) (*queue.Slot, err
 		return nil, &refusal{out}
 	}
 	return slot, nil
+}
+
+// Behind the hub's own server, a detached waiter's answer keeps its
+// connection: the session's first command comes on the same connection and
+// is served. A client that asked for Connection: close gets it, and the
+// connection closes after the answer.
+func TestDetachedWaiterKeepsItsConnection(t *testing.T) {
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	srv, err := httpserver.New(httpserver.Options{}, f.hub, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Shutdown(context.Background())
+	addr := ln.Addr().String()
+	_, body := f.do("POST", "/session", w3cChrome)
+	held := body["value"].(map[string]any)["sessionId"].(string)
+
+	c := rawPost(t, addr)
+	defer c.Close()
+	f.ev.Wait(t, "[QUEUED]", 5*time.Second)
+	f.do("DELETE", "/session/"+held, "")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	var v struct{ Value struct{ SessionID string } }
+	json.Unmarshal(answer, &v)
+	if resp.StatusCode != 200 || resp.Close || v.Value.SessionID == "" {
+		t.Fatalf("the detached waiter's answer: %d close=%v %s", resp.StatusCode, resp.Close, answer)
+	}
+	fmt.Fprintf(c, "GET /session/%s/title HTTP/1.1\r\nHost: %s\r\n\r\n", v.Value.SessionID, addr)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("the session's first command on the waiter's connection: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("the session's first command on the waiter's connection: %d", resp.StatusCode)
+	}
+
+	// Connection: close asked: answered so, and closed.
+	cl, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	fmt.Fprintf(cl, "POST /session HTTP/1.1\r\nHost: %s\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, len(w3cChrome), w3cChrome)
+	f.ev.Wait(t, "[QUEUED]", 5*time.Second)
+	f.do("DELETE", "/session/"+v.Value.SessionID, "")
+	clr := bufio.NewReader(cl)
+	resp, err = http.ReadResponse(clr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ = io.ReadAll(resp.Body)
+	json.Unmarshal(answer, &v)
+	if resp.StatusCode != 200 || !resp.Close {
+		t.Fatalf("a waiter that asked for Connection: close: %d close=%v", resp.StatusCode, resp.Close)
+	}
+	cl.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := clr.ReadByte(); err != io.EOF {
+		t.Fatalf("the connection of a waiter that asked for close stayed open: %v", err)
+	}
+	f.do("DELETE", "/session/"+v.Value.SessionID, "")
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/websummoner/websummoner/internal/httpserver"
 	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/queue"
 	"github.com/websummoner/websummoner/internal/webdriver"
@@ -23,9 +24,13 @@ import (
 // go. What waits is the connection, registered with the hub's hang-up watcher
 // (one goroutine for every waiter: a client that leaves is noticed at once),
 // the creation's chosen capabilities, and a timer and a callback in the queue.
-// The answer, when it comes, is written by hand with Connection: close. A
-// server that cannot hand the connection over (HTTP/2, a test's recorder)
-// waits as before.
+// The answer, when it comes, is written by hand, and the connection is given
+// back to the hub's server to wait for the client's next request, as after
+// any answer (httpserver.Rehold): the session's first command then needs no
+// new connection. Where the server cannot take it back (TLS, another server),
+// or the client asked for it (Connection: close, HTTP/1.0), the answer says
+// Connection: close and the connection is closed. A server that cannot hand
+// the connection over at all (HTTP/2, a test's recorder) waits as before.
 
 // errDetached says the rest of a creation runs on its detached goroutine.
 var errDetached = errors.New("detached to wait in the queue")
@@ -37,39 +42,54 @@ type detachedWriter struct {
 	captured
 	conn net.Conn
 	stop func() // ends the hang-up watch
-	done atomic.Bool
+	// rehold gives the connection back to the server after the answer; nil:
+	// the answer closes it.
+	rehold func(net.Conn)
+	done   atomic.Bool
 }
 
-// finish sends the answer (none to a client that left) and closes the
-// connection.
+// finish sends the answer (none to a client that left), then gives the
+// connection back to the server or closes it.
 func (d *detachedWriter) finish() {
 	d.done.Store(true)
 	d.stop()
-	defer d.conn.Close()
 	if d.status == 0 {
+		_ = d.conn.Close()
 		return
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", d.status, http.StatusText(d.status))
 	d.header.Set("Content-Length", strconv.Itoa(len(d.body)))
-	d.header.Set("Connection", "close")
+	if d.rehold == nil {
+		d.header.Set("Connection", "close")
+	}
 	_ = d.header.Write(&b)
 	b.WriteString("\r\n")
 	b.Write(d.body)
 	_ = d.conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
-	_, _ = d.conn.Write(b.Bytes())
+	_, err := d.conn.Write(b.Bytes())
+	if err != nil || d.rehold == nil || d.conn.SetWriteDeadline(time.Time{}) != nil {
+		_ = d.conn.Close()
+		return
+	}
+	d.rehold(d.conn)
 }
 
 // detach takes the request's connection over from the server, if it can.
 func (h *Hub) detach(c *creation) bool {
 	// The server's buffers are dropped with its goroutine: nothing follows a
 	// new-session request on its connection until it is answered.
-	conn, _, err := http.NewResponseController(c.w).Hijack()
+	conn, brw, err := http.NewResponseController(c.w).Hijack()
 	if err != nil {
 		return false
 	}
 	_ = conn.SetDeadline(time.Time{})
 	d := &detachedWriter{captured: captured{header: http.Header{}, limit: math.MaxInt}, conn: conn}
+	// Kept after the answer only if the client keeps it and has sent nothing
+	// more yet (bytes the server read ahead would be lost with its buffer).
+	if c.r.ProtoAtLeast(1, 1) && !c.r.Close && brw.Reader.Buffered() == 0 {
+		d.rehold = httpserver.Rehold(c.r.Context())
+	}
 	c.w, c.r = d, nil
 	c.unhook()     // the handler's end no longer ends the creation
 	c.unhook = nil // nor does its link hold the server's contexts
