@@ -16,7 +16,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/websummoner/websummoner/internal/httpserver"
 	"github.com/websummoner/websummoner/internal/logtest"
 	"github.com/websummoner/websummoner/internal/queue"
 	"github.com/websummoner/websummoner/internal/webdriver"
@@ -360,17 +359,7 @@ func admit(q *queue.Queue, r *http.Request, req queue.Request) (*queue.Slot, err
 // connection closes after the answer.
 func TestDetachedWaiterKeepsItsConnection(t *testing.T) {
 	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
-	srv, err := httpserver.New(httpserver.Options{}, f.hub, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer srv.Shutdown(context.Background())
-	addr := ln.Addr().String()
+	addr := serveBehindHubServer(t, f)
 	_, body := f.do("POST", "/session", w3cChrome)
 	held := body["value"].(map[string]any)["sessionId"].(string)
 

@@ -27,19 +27,7 @@ func TestWaiterMemory(t *testing.T) {
 		runtime.MemProfileRate = 1 // every allocation, so the profile adds up per waiter
 	}
 	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
-	// The hub behind the server it runs behind in production (body deadlines,
-	// connection tracking), not httptest's bare one.
-	srv, err := httpserver.New(httpserver.Options{}, f.hub, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	defer srv.Shutdown(context.Background())
-	addr := ln.Addr().String()
+	addr := serveBehindHubServer(t, f)
 	_, body := f.do("POST", "/session", w3cChrome)
 	held := body["value"].(map[string]any)["sessionId"].(string)
 	measure := func() (heap, stack uint64) {
@@ -74,4 +62,22 @@ func TestWaiterMemory(t *testing.T) {
 	}
 	f.do("DELETE", "/session/"+held, "")
 	f.sess.Settled()
+}
+
+// serveBehindHubServer serves f's hub behind the server it runs behind in
+// production (the first-byte gate, body deadlines, connection tracking), not
+// httptest's bare one, until the test ends; it returns the address.
+func serveBehindHubServer(t *testing.T, f *fixture) string {
+	t.Helper()
+	srv, err := httpserver.New(httpserver.Options{}, f.hub, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Shutdown(context.Background()) })
+	return ln.Addr().String()
 }
