@@ -276,14 +276,15 @@ func TestFullAndClosedOverHTTP(t *testing.T) {
 }
 
 // rawPost sends a new-session request on its own connection and returns the
-// connection, to read the answer from (or to close).
-func rawPost(t *testing.T, addr string) net.Conn {
+// connection, to read the answer from (or to close). extra is header lines,
+// each ending in CRLF.
+func rawPost(t *testing.T, addr string, extra ...string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(c, "POST /session HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, len(w3cChrome), w3cChrome)
+	fmt.Fprintf(c, "POST /session HTTP/1.1\r\nHost: %s\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, strings.Join(extra, ""), len(w3cChrome), w3cChrome)
 	return c
 }
 
@@ -390,12 +391,8 @@ func TestDetachedWaiterKeepsItsConnection(t *testing.T) {
 	}
 
 	// Connection: close asked: answered so, and closed.
-	cl, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cl := rawPost(t, addr, "Connection: close\r\n")
 	defer cl.Close()
-	fmt.Fprintf(cl, "POST /session HTTP/1.1\r\nHost: %s\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", addr, len(w3cChrome), w3cChrome)
 	f.ev.Wait(t, "[QUEUED]", 5*time.Second)
 	f.do("DELETE", "/session/"+v.Value.SessionID, "")
 	clr := bufio.NewReader(cl)

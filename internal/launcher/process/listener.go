@@ -85,17 +85,7 @@ func (d *SockDiag) listener(port int) (inode uint64, ok bool, err error) {
 // wait needs none of the scheduler's system-call path (as in package rawio).
 func (d *SockDiag) ask(port int) (inode uint64, ok bool, err error) {
 	d.seq++
-	var msg [nlmsgHdrLen + inetDiagReqLen]byte
-	binary.NativeEndian.PutUint32(msg[0:], uint32(len(msg)))
-	binary.NativeEndian.PutUint16(msg[4:], sockDiagByFamily)
-	binary.NativeEndian.PutUint16(msg[6:], syscall.NLM_F_REQUEST) // one socket, not a dump
-	binary.NativeEndian.PutUint32(msg[8:], d.seq)
-	req := msg[nlmsgHdrLen:]
-	req[0], req[1] = syscall.AF_INET, syscall.IPPROTO_TCP
-	binary.NativeEndian.PutUint32(req[4:], tcpListenStateBit)
-	binary.BigEndian.PutUint16(req[8:], uint16(port))   // idiag_sport
-	copy(req[12:16], []byte{127, 0, 0, 1})              // idiag_src
-	binary.NativeEndian.PutUint64(req[48:], ^uint64(0)) // INET_DIAG_NOCOOKIE
+	msg := listenerRequest(port, d.seq)
 	to := syscall.RawSockaddrNetlink{Family: syscall.AF_NETLINK}
 	for {
 		_, _, e := syscall.RawSyscall6(syscall.SYS_SENDTO, uintptr(d.fd), uintptr(unsafe.Pointer(&msg[0])), uintptr(len(msg)),
@@ -139,6 +129,23 @@ func (d *SockDiag) ask(port int) (inode uint64, ok bool, err error) {
 		}
 		return 0, false, errors.New("sock_diag: unexpected answer")
 	}
+}
+
+// listenerRequest is the exact-lookup request for the TCP listener on
+// 127.0.0.1:port (or on every address at that port), numbered seq.
+func listenerRequest(port int, seq uint32) [nlmsgHdrLen + inetDiagReqLen]byte {
+	var msg [nlmsgHdrLen + inetDiagReqLen]byte
+	binary.NativeEndian.PutUint32(msg[0:], uint32(len(msg)))
+	binary.NativeEndian.PutUint16(msg[4:], sockDiagByFamily)
+	binary.NativeEndian.PutUint16(msg[6:], syscall.NLM_F_REQUEST) // one socket, not a dump
+	binary.NativeEndian.PutUint32(msg[8:], seq)
+	req := msg[nlmsgHdrLen:]
+	req[0], req[1] = syscall.AF_INET, syscall.IPPROTO_TCP
+	binary.NativeEndian.PutUint32(req[4:], tcpListenStateBit)
+	binary.BigEndian.PutUint16(req[8:], uint16(port))   // idiag_sport
+	copy(req[12:16], []byte{127, 0, 0, 1})              // idiag_src
+	binary.NativeEndian.PutUint64(req[48:], ^uint64(0)) // INET_DIAG_NOCOOKIE
+	return msg
 }
 
 // Listening says whether anything listens on 127.0.0.1:port (or on every

@@ -3,7 +3,6 @@ package process
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"net"
 	"net/http"
 	"net/netip"
@@ -241,16 +240,7 @@ func TestSockDiagKeepsOneSocket(t *testing.T) {
 	// other port. The next question's answer is the one for its port.
 	d.mu.Lock()
 	d.seq++
-	var msg [nlmsgHdrLen + inetDiagReqLen]byte
-	binary.NativeEndian.PutUint32(msg[0:], uint32(len(msg)))
-	binary.NativeEndian.PutUint16(msg[4:], sockDiagByFamily)
-	binary.NativeEndian.PutUint16(msg[6:], syscall.NLM_F_REQUEST)
-	binary.NativeEndian.PutUint32(msg[8:], d.seq)
-	msg[nlmsgHdrLen], msg[nlmsgHdrLen+1] = syscall.AF_INET, syscall.IPPROTO_TCP
-	binary.NativeEndian.PutUint32(msg[nlmsgHdrLen+4:], tcpListenStateBit)
-	binary.BigEndian.PutUint16(msg[nlmsgHdrLen+8:], uint16(listening))
-	copy(msg[nlmsgHdrLen+12:], []byte{127, 0, 0, 1})
-	binary.NativeEndian.PutUint64(msg[nlmsgHdrLen+48:], ^uint64(0))
+	msg := listenerRequest(listening, d.seq)
 	err = syscall.Sendto(d.fd, msg[:], 0, &syscall.SockaddrNetlink{Family: syscall.AF_NETLINK})
 	d.mu.Unlock()
 	if err != nil {
