@@ -13,9 +13,10 @@ import (
 // (EPOLLRDHUP; EPOLLHUP and EPOLLERR always count), in an epoll instance of
 // the watcher's that one goroutine waits on. Go's poller keeps its own
 // registration of the same descriptor: the two are independent.
-// Registrations are one-shot and added and removed only while the descriptor
-// is held (RawConn.Control), so a number the kernel has reused for another
-// connection is never touched. The instance, its goroutine and its
+// Registrations are one-shot and added, re-armed and removed only while the
+// descriptor is held (RawConn.Control), so a number the kernel has reused for
+// another connection is never touched; one that fired stays in the set,
+// disarmed, until the connection closes or is watched again. The instance, its goroutine and its
 // descriptors exist only while something is watched.
 //
 // The goroutine waits in Go's poller, on the epoll descriptor itself (readable
@@ -190,6 +191,13 @@ func (w *Watcher) watch(c net.Conn, gone func(), readable bool) (func(), bool) {
 			ev.Events |= syscall.EPOLLIN
 		}
 		ctlErr = syscall.EpollCtl(in.epfd, syscall.EPOLL_CTL_ADD, int(fd), &ev)
+		if ctlErr == syscall.EEXIST {
+			// A one-shot registration that fired stays in the set, disarmed
+			// (only stop removes one, and not after it fired): the same
+			// connection watched again, as the HTTP server's gate does after
+			// each request answered on a connection it took back, re-arms it.
+			ctlErr = syscall.EpollCtl(in.epfd, syscall.EPOLL_CTL_MOD, int(fd), &ev)
+		}
 	})
 	if err == nil {
 		err = ctlErr

@@ -247,3 +247,37 @@ func TestWaitHoldsNoThread(t *testing.T) {
 	}
 	t.Fatalf("the watcher's goroutine is %q, want it parked in the poller ([IO wait])", state)
 }
+
+// A connection watched again after its readable watch fired (the HTTP
+// server's gate holds a connection again after each request a queued waiter
+// was answered on) is watched by the kernel again, not reported at once: the
+// fired one-shot registration stays in the epoll set, inert, and must be
+// re-armed rather than added a second time.
+func TestWatchedAgainAfterReady(t *testing.T) {
+	w := newWatcher(t)
+	other, _ := pair(t)
+	stopOther := w.Watch(other, func() {}) // keeps the instance, as a busy hub's
+	defer stopOther()
+	hub, client := pair(t)
+	buf := make([]byte, 16)
+	for round := range 3 {
+		ready := make(chan struct{})
+		stop := w.WatchReadable(hub, func() { close(ready) })
+		// A watch the kernel would not take is ready before WatchReadable
+		// returns.
+		select {
+		case <-ready:
+			stop()
+			t.Fatalf("round %d: ready with nothing to read", round)
+		default:
+		}
+		if _, err := client.Write([]byte("GET")); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, ready, "bytes to read")
+		hub.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := hub.Read(buf); err != nil || string(buf[:n]) != "GET" {
+			t.Fatalf("round %d: read %q, %v", round, buf[:n], err)
+		}
+	}
+}
