@@ -16,8 +16,8 @@ import (
 // Registrations are one-shot and added, re-armed and removed only while the
 // descriptor is held (RawConn.Control), so a number the kernel has reused for
 // another connection is never touched; one that fired stays in the set,
-// disarmed, until the connection closes or is watched again. The instance, its goroutine and its
-// descriptors exist only while something is watched.
+// disarmed, until the connection closes or is watched again. The instance,
+// its goroutine and its descriptors exist only while something is watched.
 //
 // The goroutine waits in Go's poller, on the epoll descriptor itself (readable
 // while it has events), not in epoll_wait: a goroutine blocked in a system
