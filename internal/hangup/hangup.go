@@ -13,6 +13,9 @@ import (
 // A Watcher watches connections for their peer hanging up. The zero value is
 // ready to use. It holds no goroutine and no descriptor while it watches
 // nothing (so it may live in a testing/synctest bubble, and needs no Close).
+// A connection has one watch of a Watcher at a time: it is watched again only
+// after the earlier watch's stop or callback (the kernel keeps one
+// registration per connection, which the later watch re-arms).
 type Watcher struct {
 	mu   sync.Mutex
 	inst *instance // nil while nothing is watched
