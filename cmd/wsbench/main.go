@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/websummoner/websummoner/internal/bench"
@@ -45,7 +46,9 @@ func main() {
 		}
 		concs = append(concs, n)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// A timeout's SIGTERM winds the run down as ^C does: hubs stopped, the
+	// build directory removed.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, *short, *only, *out, *churnFor, *waiters, *soakFor, concs); err != nil {
 		fmt.Fprintln(os.Stderr, "wsbench:", err)
@@ -76,6 +79,12 @@ func run(ctx context.Context, short bool, only, out string, churnFor time.Durati
 	}
 	var results []*bench.Result
 	keep := func(r *bench.Result, err error) error {
+		if err == nil && ctx.Err() != nil {
+			// Cut short (^C, a timeout's SIGTERM): the figures of a run that
+			// stopped early are not a result, and a target "met" by an empty
+			// measurement would say otherwise.
+			return ctx.Err()
+		}
 		if r != nil {
 			r.Print(os.Stdout)
 			results = append(results, r)

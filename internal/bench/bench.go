@@ -196,8 +196,19 @@ func (e *Env) stubBrowsers(extra ...string) string {
 	return "{" + strings.Join(entries, ",\n") + "}"
 }
 
+// command is exec.Command for a process the load tool starts (a hub, a stub
+// driver, a proxy, a sleeper): the kernel kills it when the tool dies, however
+// the tool dies (a SIGKILL, a timeout's SIGTERM), so a run cut short leaves
+// nothing running. The signal is tied to the thread that forked, and Go ends
+// a thread only under LockOSThread, which the tool does not use.
+func command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
 func (e *Env) start(ctx context.Context, bin string, args []string, port int, ready string, env ...string) (*proc, error) {
-	cmd := exec.Command(bin, args...)
+	cmd := command(bin, args...)
 	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)
 	}

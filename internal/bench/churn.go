@@ -133,8 +133,8 @@ func (e *Env) floorChurn(ctx context.Context, c, k int, d time.Duration) churnRu
 			fail("port " + err.Error())
 			return 0, 0, false
 		}
-		cmd := exec.Command(e.Stub, "-delete-delay", stubDeleteDelay.String(), "--port="+strconv.Itoa(port))
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd := command(e.Stub, "-delete-delay", stubDeleteDelay.String(), "--port="+strconv.Itoa(port))
+		cmd.SysProcAttr.Setpgid = true // as the hub's drivers: Pdeathsig and a group of its own
 		if env := hubEnv(); len(env) > 0 {
 			cmd.Env = append(os.Environ(), env...)
 		}
@@ -192,9 +192,9 @@ func sleepers(n int, d time.Duration) (stop func(), err error) {
 			c.Wait()
 		}
 	}
-	secs := strconv.Itoa(int(d.Seconds()) + 60) // they end on their own even if the tool dies
+	secs := strconv.Itoa(int(d.Seconds()) + 60) // and they end on their own
 	for range n {
-		c := exec.Command("sleep", secs)
+		c := command("sleep", secs)
 		if err := c.Start(); err != nil {
 			stop()
 			return nil, fmt.Errorf("starting %d sleeping processes: %w", n, err)
