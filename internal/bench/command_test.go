@@ -9,7 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 )
 
 // A process the load tool starts dies with the tool, even when the tool is
@@ -26,6 +25,12 @@ func TestCommandDiesWithTheTool(t *testing.T) {
 		time.Sleep(time.Hour) // until the test kills this process
 		return
 	}
+	// PR_SET_CHILD_SUBREAPER: the sleeper, orphaned when its tool dies, is
+	// reparented here rather than to init.
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, 36, 1, 0); errno != 0 {
+		t.Fatalf("prctl(PR_SET_CHILD_SUBREAPER): %v", errno)
+	}
+	defer syscall.RawSyscall(syscall.SYS_PRCTL, 36, 0, 0)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -45,40 +50,30 @@ func TestCommandDiesWithTheTool(t *testing.T) {
 	if err != nil || perr != nil {
 		t.Fatalf("the tool's sleeper: %q, %v", line, err)
 	}
-	fd, _, errno := syscall.Syscall(434, uintptr(pid), 0, 0) // pidfd_open
-	if errno != 0 {
-		t.Skipf("pidfd_open: %v", errno)
-	}
-	defer syscall.Close(int(fd))
-	if exited(t, int(fd), 0) {
+	if syscall.Kill(pid, 0) != nil {
 		t.Fatal("the sleeper ended before its tool did")
 	}
 	tool.Process.Kill()
 	tool.Wait()
-	if !exited(t, int(fd), 10*time.Second) {
+	// The tool's orphans are this process's children now (its subreaper):
+	// waited for, not looked for.
+	ended := make(chan syscall.WaitStatus, 1)
+	go func() {
+		var ws syscall.WaitStatus
+		for {
+			if _, err := syscall.Wait4(pid, &ws, 0, nil); err != syscall.EINTR {
+				break
+			}
+		}
+		ended <- ws
+	}()
+	select {
+	case ws := <-ended:
+		if !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+			t.Fatalf("the sleeper ended with %v, want killed by SIGKILL", ws)
+		}
+	case <-time.After(10 * time.Second):
 		syscall.Kill(pid, syscall.SIGKILL)
 		t.Fatal("the sleeper outlived the killed tool by 10s: it was left running")
-	}
-}
-
-// exited waits up to d for the process behind pidfd to exit (the pidfd turns
-// readable), in ppoll(2).
-func exited(t *testing.T, pidfd int, d time.Duration) bool {
-	t.Helper()
-	pfd := struct {
-		fd             int32
-		events, revent int16
-	}{fd: int32(pidfd), events: 0x1} // POLLIN
-	ts := syscall.NsecToTimespec(d.Nanoseconds())
-	for {
-		n, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
-		switch errno {
-		case 0:
-			return n == 1
-		case syscall.EINTR:
-			continue // Go's preemption signals; the rest of d is close enough
-		default:
-			t.Fatalf("ppoll: %v", errno)
-		}
 	}
 }
