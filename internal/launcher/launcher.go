@@ -234,17 +234,23 @@ func Env(r Request) []string {
 
 // ReadyClient is the HTTP client a launcher polls a driver's /status with:
 // over ReadyTransport, or else with no connection kept (each poll may hit a
-// driver that is not listening yet); a short bound per poll so one stuck poll
-// cannot eat the start-up budget. Redirects are not followed: any answer
-// means the driver listens.
+// driver that is not listening yet). Redirects are not followed: any answer
+// means the driver listens. It sets no Timeout: WaitListening bounds each
+// poll by its context (pollTimeout), and a Client.Timeout cost a goroutine and a
+// timer per poll (net/http's setRequestCancel), run on the hub's one busy
+// thread beside the start they belong to.
 func (o Options) ReadyClient() *http.Client {
 	rt := o.ReadyTransport
 	if rt == nil {
 		rt = &http.Transport{DisableKeepAlives: true}
 	}
-	return &http.Client{Transport: rt, Timeout: 2 * time.Second,
+	return &http.Client{Transport: rt,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
+
+// pollTimeout bounds one readiness poll, so one stuck poll cannot eat the
+// start-up budget.
+const pollTimeout = 2 * time.Second
 
 // HostForgetter is implemented by a ReadyTransport that keeps connections by
 // host: a launcher whose start failed after a poll (the driver exited, or
@@ -269,7 +275,7 @@ var ErrExited = errors.New("driver exited before it answered")
 // millisecond for the first 100 ms; once something accepts without answering
 // (Docker's port proxy), every round is a poll.
 func WaitReady(ctx context.Context, client *http.Client, base *url.URL, exited <-chan struct{}) error {
-	return WaitListening(ctx, client, base, exited, nil)
+	return WaitListening(ctx, client, base, exited, nil, nil)
 }
 
 // WaitListening is WaitReady for a driver that runs on this machine, where
@@ -277,7 +283,16 @@ func WaitReady(ctx context.Context, client *http.Client, base *url.URL, exited <
 // (listening; known is false when it cannot say) instead of tried with a
 // connect. Not for a published container port: with Docker's userland proxy
 // off nothing listens there until the container's driver does.
-func WaitListening(ctx context.Context, client *http.Client, base *url.URL, exited <-chan struct{}, listening func() (yes, known bool)) error {
+//
+// said, if not nil, receives when the driver writes to its output, and a
+// receive is a look at once: drivers say so when they listen (wdstub's
+// "listening on", chromedriver's "started successfully"), and a wait that
+// only looked every millisecond found a listening driver half a millisecond
+// late on average, more on an idle machine where a sleeping Go process's
+// timers fire late. At most one such look comes between two of the backoff's,
+// which goes on unchanged behind them: a driver that writes without pause
+// (or an HTTP poll per look, behind a proxy) costs at most twice the looks.
+func WaitListening(ctx context.Context, client *http.Client, base *url.URL, exited <-chan struct{}, listening func() (yes, known bool), said <-chan struct{}) error {
 	notYet := func() bool {
 		if listening != nil {
 			if yes, known := listening(); known {
@@ -289,6 +304,7 @@ func WaitListening(ctx context.Context, client *http.Client, base *url.URL, exit
 	status := base.JoinPath("status").String()
 	delay := time.Millisecond
 	precheck := true
+	hear := said // nil between a look the driver's words asked for and the next round
 	t0 := time.Now()
 	for {
 		var (
@@ -296,8 +312,10 @@ func WaitListening(ctx context.Context, client *http.Client, base *url.URL, exit
 			err  = errRefused // not listening yet: no HTTP poll needed to know
 		)
 		if !precheck || !notYet() {
-			req, rerr := http.NewRequestWithContext(ctx, http.MethodGet, status, nil)
+			pctx, cancel := context.WithTimeout(ctx, pollTimeout)
+			req, rerr := http.NewRequestWithContext(pctx, http.MethodGet, status, nil)
 			if rerr != nil {
+				cancel()
 				return rerr
 			}
 			// A connection accepted and a poll failed: something listens for
@@ -306,9 +324,12 @@ func WaitListening(ctx context.Context, client *http.Client, base *url.URL, exit
 			if resp, err = client.Do(req); err != nil && !errors.Is(err, syscall.ECONNREFUSED) {
 				precheck = false
 			}
+			if err == nil {
+				resp.Body.Close()
+			}
+			cancel()
 		}
 		if err == nil {
-			resp.Body.Close()
 			select {
 			case <-exited:
 				// Whatever answered, it was not our driver.
@@ -325,13 +346,35 @@ func WaitListening(ctx context.Context, client *http.Client, base *url.URL, exit
 		case <-exited:
 			t.Stop()
 			return ErrExited
+		case <-hear:
+			t.Stop()
+			hear = nil
+			continue
 		case <-t.C:
 		}
+		hear = said
 		if errors.Is(err, errRefused) && time.Since(t0) < refusedFor {
 			continue // a refused connect is cheap: look again in a millisecond
 		}
 		delay = min(2*delay, 50*time.Millisecond)
 	}
+}
+
+// Said is a driver output's writer for WaitListening's said: each Write
+// signals it, never blocking (one signal waits; more add nothing), and
+// keeps nothing.
+type Said chan struct{}
+
+// NewSaid returns a Said ready to signal.
+func NewSaid() Said { return make(Said, 1) }
+
+// Write signals s.
+func (s Said) Write(p []byte) (int, error) {
+	select {
+	case s <- struct{}{}:
+	default:
+	}
+	return len(p), nil
 }
 
 // refusedFor is how long WaitReady looks every millisecond while connects are

@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -112,13 +114,13 @@ func TestWaitListeningAsksInsteadOfConnecting(t *testing.T) {
 	if err := WaitListening(context.Background(), client, base, nil, func() (bool, bool) {
 		asked++
 		return asked > 3, true
-	}); err != nil {
+	}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if asked != 4 || ct.polls.Load() != 1 || accepted.Load() != 1 {
 		t.Fatalf("asked %d times, %d polls, %d connections; want 4, 1, 1", asked, ct.polls.Load(), accepted.Load())
 	}
-	if err := WaitListening(context.Background(), client, base, nil, func() (bool, bool) { return false, false }); err != nil {
+	if err := WaitListening(context.Background(), client, base, nil, func() (bool, bool) { return false, false }, nil); err != nil {
 		t.Fatal(err)
 	}
 	if ct.polls.Load() != 2 {
@@ -173,4 +175,140 @@ func TestWaitReadyBehindAProxy(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("WaitReady did not find the driver once it answered")
 	}
+}
+
+// answerAll is a RoundTripper answering every request 200 in memory: the
+// poll is not what the fake-clock tests below test, and a socket would not
+// let their clock stand still.
+type answerAll struct{}
+
+func (answerAll) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: 200, Body: http.NoBody, Request: r}, nil
+}
+
+// waiting is a WaitListening run, in a synctest bubble, for a driver the
+// kernel says listens once listening is set; asked counts the kernel's looks.
+type waiting struct {
+	listening atomic.Bool
+	asked     atomic.Int32
+	took      time.Duration // from the start to the wait's end
+	done      chan error
+}
+
+func startWaiting(ctx context.Context, said Said) *waiting {
+	w := &waiting{done: make(chan error, 1)}
+	base, _ := url.Parse("http://127.0.0.1:1")
+	t0 := time.Now()
+	go func() {
+		err := WaitListening(ctx, &http.Client{Transport: answerAll{}}, base, nil, func() (bool, bool) {
+			w.asked.Add(1)
+			return w.listening.Load(), true
+		}, said)
+		w.took = time.Since(t0)
+		w.done <- err
+	}()
+	return w
+}
+
+// A driver that writes to its output is looked at then, not at the next
+// millisecond's look: a driver listening 5.5 ms in and saying so is found at
+// 5.5 ms (6 ms without said), and words before it listens cost one look each
+// and change nothing else.
+func TestWaitListeningLooksWhenTheDriverSpeaks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		said := NewSaid()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel() // a failed test's wait ends too
+		w := startWaiting(ctx, said)
+		time.Sleep(2300 * time.Microsecond)
+		synctest.Wait()
+		before := w.asked.Load() // at once, then at 1 and 2 ms
+		fmt.Fprintln(said, "Starting the driver")
+		synctest.Wait()
+		if got := w.asked.Load(); got != before+1 || before != 3 {
+			t.Fatalf("looks: %d before the driver spoke, %d after; want 3, then one more at once", before, got)
+		}
+		time.Sleep(3200 * time.Microsecond) // looks at 3.3, 4.3 and 5.3 ms
+		w.listening.Store(true)
+		fmt.Fprintln(said, "listening on 127.0.0.1:1")
+		synctest.Wait()
+		select {
+		case err := <-w.done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatal("WaitListening did not look when the driver said it listens")
+		}
+		if w.took != 5500*time.Microsecond {
+			t.Fatalf("found listening after %v, want 5.5ms (when it said so)", w.took)
+		}
+	})
+}
+
+// stuckOnce is a RoundTripper whose first poll hangs until its context ends
+// (a driver, or Docker's port proxy, that accepts and never answers) and
+// whose later polls are answered.
+type stuckOnce struct{ polls atomic.Int32 }
+
+func (s *stuckOnce) RoundTrip(r *http.Request) (*http.Response, error) {
+	if s.polls.Add(1) == 1 {
+		<-r.Context().Done()
+		return nil, r.Context().Err()
+	}
+	return answerAll{}.RoundTrip(r)
+}
+
+// One poll that never gets an answer is given up after pollTimeout, and the
+// next poll finds the driver: a stuck poll costs 2 s of the start-up budget,
+// not all of it.
+func TestWaitListeningGivesUpAStuckPoll(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rt := &stuckOnce{}
+		base, _ := url.Parse("http://127.0.0.1:1")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		t0 := time.Now()
+		err := WaitListening(ctx, Options{ReadyTransport: rt}.ReadyClient(), base, nil, func() (bool, bool) { return true, true }, nil)
+		if err != nil {
+			t.Fatalf("WaitListening: %v (after %v)", err, time.Since(t0))
+		}
+		if took := time.Since(t0); took < pollTimeout || took > pollTimeout+10*time.Millisecond || rt.polls.Load() != 2 {
+			t.Fatalf("found after %v and %d polls; want %v (one stuck poll) and 2", took, rt.polls.Load(), pollTimeout)
+		}
+	})
+}
+
+// A driver that writes without pause costs at most one extra look a round:
+// a hundred writes before the next millisecond's look add one look, not a
+// hundred.
+func TestWaitListeningBoundsTheLooksWordsAsk(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		said := NewSaid()
+		ctx, cancel := context.WithCancel(context.Background())
+		w := startWaiting(ctx, said) // a driver that never listens
+		time.Sleep(500 * time.Microsecond)
+		synctest.Wait()
+		before := w.asked.Load() // the look at once
+		for range 100 {
+			fmt.Fprintln(said, "a chatty driver")
+			synctest.Wait()
+		}
+		if got := w.asked.Load() - before; got != 1 {
+			t.Errorf("a hundred writes within a round asked for %d looks, want 1", got)
+		}
+		// Rounds of 1 ms, each with a tick's look and at most one asked for.
+		for range 20 {
+			time.Sleep(100 * time.Microsecond)
+			fmt.Fprintln(said, "a chatty driver")
+			synctest.Wait()
+		}
+		if got := w.asked.Load() - before; got > 1+2*2+1 {
+			t.Errorf("2 ms of writes every 100 µs: %d looks, want at most 6 (two rounds, two each)", got)
+		}
+		cancel()
+		if err := <-w.done; !errors.Is(err, context.Canceled) {
+			t.Fatal(err)
+		}
+	})
 }

@@ -251,7 +251,8 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 		// The session's environment over the hub's own; exec keeps the last of a name.
 		env: append(append(os.Environ(), launcher.Env(r)...), MarkerEnv+"="+inst.marker),
 	}
-	var out io.Writer = io.MultiWriter(inst.tail, inst.log)
+	said := launcher.NewSaid()
+	var out io.Writer = io.MultiWriter(inst.tail, inst.log, said)
 	if l.opts.CaptureLogs {
 		out = io.MultiWriter(out, &lineLogger{log: l.log, id: r.ID})
 	}
@@ -300,7 +301,7 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	go inst.wait()
 	logtag.Event(l.log, slog.LevelDebug, r.ID, "PROCESS_STARTED", name, "pid "+strconv.Itoa(inst.pid), "port "+strconv.Itoa(port))
 
-	err = launcher.WaitListening(ctx, l.client, inst.endpoints.Driver, inst.exited, func() (bool, bool) { return l.diag.Listening(port) })
+	err = launcher.WaitListening(ctx, l.client, inst.endpoints.Driver, inst.exited, func() (bool, bool) { return l.diag.Listening(port) }, said)
 	if err == nil {
 		err = l.checkListener(r.ID, inst)
 	}
