@@ -105,17 +105,18 @@ func churnSession(ctx context.Context, w wd, base string, k int, s time.Time, fa
 }
 
 // floorChurn is the floor the hub is measured against: the load tool does the
-// hub's whole job itself, with the same concurrency and the same -limit —
-// take one of c slots, spawn the stub on a free port, wait for /status, create
+// hub's whole job itself, for c clients and with the hub's -limit (limit) —
+// take one of the slots, spawn the stub on a free port, wait for /status, create
 // a session, run k commands, DELETE, then stop the stub with SIGINT and reap
 // it while the slot is still held, as the hub does after answering DELETE.
 // A create is timed from asking for the slot, as a hub's client times it: a
-// stub still being reaped delays the next create in both.
-func (e *Env) floorChurn(ctx context.Context, c, k int, d time.Duration) churnRun {
+// stub still being reaped delays the next create in both when the slots are
+// all taken, and in neither when they are not.
+func (e *Env) floorChurn(ctx context.Context, c, limit, k int, d time.Duration) churnRun {
 	ready := launcher.Options{}.ReadyClient()
 	var diag process.SockDiag
 	defer diag.Close()
-	slots := make(chan struct{}, c)
+	slots := make(chan struct{}, limit)
 	var reaping sync.WaitGroup
 	defer reaping.Wait()
 	return churnLoop(ctx, c, d, func(w wd, fail func(string)) (time.Duration, time.Duration, bool) {
@@ -138,6 +139,8 @@ func (e *Env) floorChurn(ctx context.Context, c, k int, d time.Duration) churnRu
 		if env := hubEnv(); len(env) > 0 {
 			cmd.Env = append(os.Environ(), env...)
 		}
+		said := launcher.NewSaid()
+		cmd.Stdout = said // as the hub reads its drivers' output, and looks when they speak
 		if err := cmd.Start(); err != nil {
 			fail("spawn " + err.Error())
 			return 0, 0, false
@@ -152,12 +155,12 @@ func (e *Env) floorChurn(ctx context.Context, c, k int, d time.Duration) churnRu
 		}
 		base := "http://127.0.0.1:" + strconv.Itoa(port)
 		// As the hub does, with the hub's own code: the kernel asked every
-		// millisecond at first whether the stub listens, then HTTP polls
-		// with backoff; a stub that exits (it lost its port) counts as a
-		// failed start.
+		// millisecond at first whether the stub listens, and whenever it
+		// writes to its output, then HTTP polls with backoff; a stub that
+		// exits (it lost its port) counts as a failed start.
 		u, _ := url.Parse(base)
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err = launcher.WaitListening(rctx, ready, u, exited, func() (bool, bool) { return diag.Listening(port) })
+		err = launcher.WaitListening(rctx, ready, u, exited, func() (bool, bool) { return diag.Listening(port) }, said)
 		cancel()
 		if err != nil {
 			stop()

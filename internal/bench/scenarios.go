@@ -274,7 +274,9 @@ func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, er
 	}
 	sortDurations(alone)
 	// And the floor's one client alone, for the same figure's ratio.
-	aloneFloor := e.floorChurn(ctx, 1, k, min(d/2, 5*time.Second))
+	// With the hub's -limit, as the hub's one client had: with one slot the
+	// floor's client waited for its last stub to be reaped, the hub's did not.
+	aloneFloor := e.floorChurn(ctx, 1, c, k, min(d/2, 5*time.Second))
 	rssEarly := rss(hub.pid())
 	// The floor and the hub take turns, so that whatever else the machine
 	// does in the window weighs on both alike.
@@ -284,7 +286,7 @@ func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, er
 	}
 	var floor, run churnRun
 	for range rounds {
-		floor = floor.add(e.floorChurn(ctx, c, k, d/time.Duration(rounds)))
+		floor = floor.add(e.floorChurn(ctx, c, c, k, d/time.Duration(rounds)))
 		run = run.add(hubChurn(ctx, hub, c, k, d/time.Duration(rounds)))
 	}
 	n := float64(run.sessions)
