@@ -258,9 +258,9 @@ func TestHealthcheck(t *testing.T) {
 	}
 }
 
-// -max-procs reaches the runtime, and the [INIT] line says what the hub took
-// and why; without it (and without GOMAXPROCS) the hub takes a quarter of the
-// CPUs, at least 1.
+// -max-procs reaches the runtime, and the [INIT] line and /metrics say what
+// the hub took and why; without it (and without GOMAXPROCS) the hub takes a
+// quarter of the CPUs, at least 1, while idle.
 func TestMaxProcs(t *testing.T) {
 	hubBin, _, conf := binaries(t)
 	for _, c := range []struct {
@@ -295,6 +295,9 @@ func TestMaxProcs(t *testing.T) {
 		resp.Body.Close()
 		if want := fmt.Sprintf("\ngo_sched_gomaxprocs_threads %d\n", c.want); !strings.Contains(string(body), want) {
 			t.Errorf("%v %s: the runtime does not run with %d: /metrics lacks %q", c.args, c.env, c.want, strings.TrimSpace(want))
+		}
+		if want := fmt.Sprintf("\nwebsummoner_hub_procs %d\n", c.want); !strings.Contains(string(body), want) {
+			t.Errorf("%v %s: /metrics lacks %q", c.args, c.env, strings.TrimSpace(want))
 		}
 	}
 }

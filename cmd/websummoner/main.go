@@ -36,6 +36,7 @@ import (
 	"github.com/websummoner/websummoner/internal/launcher/docker"
 	"github.com/websummoner/websummoner/internal/launcher/process"
 	"github.com/websummoner/websummoner/internal/logtag"
+	"github.com/websummoner/websummoner/internal/procs"
 	"github.com/websummoner/websummoner/internal/queue"
 	"github.com/websummoner/websummoner/internal/session"
 )
@@ -113,7 +114,7 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.BoolVar(&c.disableDocker, "disable-docker", false, "Run browsers as local driver processes (image = command line) and never connect to Docker")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit")
 	fs.BoolVar(&c.health, "healthcheck", false, "Ask the hub serving on -listen (on this host) whether it is healthy: exit 0 if /healthz answers 200, else 1 (a container HEALTHCHECK with no shell or curl)")
-	fs.IntVar(&c.maxProcs, "max-procs", 0, "CPUs the hub's own code runs on at once (Go's GOMAXPROCS); 0: the GOMAXPROCS environment variable if set, else a quarter of the CPUs the hub may use, at least 1, leaving the rest to the browsers")
+	fs.IntVar(&c.maxProcs, "max-procs", 0, "CPUs the hub's own code runs on at once (Go's GOMAXPROCS); 0: the GOMAXPROCS environment variable if set, else a quarter of the CPUs the hub may use, at least 1, leaving the rest to the browsers, raised to all of them while many commands are in flight at once or drivers start")
 	fs.DurationVar(&c.gracefulPeriod, "graceful-period", 300*time.Second, "On SIGTERM, how long live sessions may run on before they are ended")
 
 	fs.DurationVar(&c.server.IdleTimeout, "idle-connection-timeout", httpserver.DefaultIdleTimeout, "Close a keep-alive connection with no request for this long (0 = the default)")
@@ -208,6 +209,8 @@ type program struct {
 	procs      *process.Launcher
 	containers *docker.Launcher // nil with -disable-docker
 	hub        *hub.Hub
+	cpus       *procs.Governor
+	cpusWhy    string // how the hub's Ps were chosen, for the [INIT] line
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -310,6 +313,12 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	c.hub.Version = version
 	c.hub.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	c.hub.Gate = gate
+	low, high, why := hubProcs(c.maxProcs, os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0))
+	if p.cpus, err = procs.New(procs.Options{Low: low, High: high}, p.log, reg); err != nil {
+		return nil, err
+	}
+	p.cpusWhy = why
+	c.hub.Load = p.cpus
 	if p.hub, err = hub.New(c.hub, p.queue, p.conf, launchers, p.sessions, p.log, reg); err != nil {
 		return nil, err
 	}
@@ -344,8 +353,6 @@ func (p *program) serve() int {
 	if why := exposure(ln.Addr(), p.auth.Enabled(), c.server.TLSCert != ""); why != "" {
 		logtag.Event(log, slog.LevelWarn, "", "INSECURE", why)
 	}
-	procs, why := hubProcs(c.maxProcs, os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0))
-	runtime.GOMAXPROCS(procs)
 	p.procs.Sweep()
 	ctx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
@@ -356,7 +363,7 @@ func (p *program) serve() int {
 	srv := p.server
 	logtag.Event(log, slog.LevelInfo, "", "INIT", "websummoner "+version, "listening on "+ln.Addr().String(),
 		p.queue.Options().String(), "start-gate "+capacity.ModeFlag{O: &c.gate}.String(), fmt.Sprintf("browsers %v", p.conf.Browsers().Names()), "instance "+c.launch.Instance,
-		fmt.Sprintf("GOMAXPROCS %d (%s)", procs, why))
+		"GOMAXPROCS "+p.cpusWhy)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -463,22 +470,32 @@ func (p *program) shutdown(sig os.Signal, sigs <-chan os.Signal, srv *httpserver
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = srv.Shutdown(sctx)
 	scancel()
+	p.cpus.Stop()
 	logtag.Event(p.log, slog.LevelInfo, "", "STOPPED")
 }
 
-// hubProcs is how many CPUs the hub's own code runs on at once: -max-procs if
-// set, else GOMAXPROCS from the environment, else a quarter of the CPUs the
-// runtime found (avail), at least 1. The hub shares its machine with the
-// browsers it starts and needs little CPU itself (about 0.1 ms per proxied
-// command, so one CPU carries thousands of commands a second); every CPU more
-// than it needs only adds the scheduler's wake-ups between them, which on two
-// CPUs cost the hub 252 instead of 159 µs per command (docs/benchmarks.md).
-func hubProcs(flagValue int, env string, avail int) (int, string) {
+// hubProcs is how many CPUs the hub's own code runs on at once, low and high
+// (package procs switches between them), and why: -max-procs if set, else
+// GOMAXPROCS from the environment — either one number, low and high alike —
+// else a quarter of the CPUs the runtime found (avail), at least 1, raised to
+// all of them while many commands are in flight or drivers start. The hub
+// shares its machine with the browsers it starts and needs little CPU itself
+// (about 0.1 ms per proxied command, so one CPU carries thousands of commands
+// a second); every CPU more than it needs only adds the scheduler's wake-ups
+// between them, which on two CPUs cost the hub 252 instead of 159 µs per
+// command at one session — but with 32 sessions' commands waiting on its one
+// thread, a second CPU was worth it (docs/benchmarks.md).
+func hubProcs(flagValue int, env string, avail int) (low, high int, why string) {
 	if flagValue > 0 {
-		return flagValue, "-max-procs"
+		return flagValue, flagValue, fmt.Sprintf("%d (-max-procs)", flagValue)
 	}
 	if n, err := strconv.Atoi(env); err == nil && n > 0 {
-		return n, "GOMAXPROCS environment variable"
+		return n, n, fmt.Sprintf("%d (GOMAXPROCS environment variable)", n)
 	}
-	return max(1, avail/4), fmt.Sprintf("a quarter of %d CPUs, at least 1; -max-procs sets it", avail)
+	low = max(1, avail/4)
+	high = max(low, avail)
+	if high == low {
+		return low, high, fmt.Sprintf("%d (a quarter of %d CPUs, at least 1; -max-procs sets it)", low, avail)
+	}
+	return low, high, fmt.Sprintf("%d (a quarter of %d CPUs, at least 1; all %d while many commands are in flight or drivers start; -max-procs sets one number)", low, avail, high)
 }

@@ -248,29 +248,30 @@ func TestExposureWarning(t *testing.T) {
 	}
 }
 
-// The hub takes a quarter of the CPUs it may use unless told otherwise, and
-// an operator's -max-procs or GOMAXPROCS always wins.
+// The hub takes a quarter of the CPUs it may use, raised to all of them under
+// load, unless told otherwise, and an operator's -max-procs or GOMAXPROCS
+// always wins, as one fixed number.
 func TestHubProcs(t *testing.T) {
 	for _, c := range []struct {
-		flag  int
-		env   string
-		avail int
-		want  int
-		why   string
+		flag      int
+		env       string
+		avail     int
+		low, high int
+		why       string
 	}{
-		{0, "", 1, 1, "a quarter of 1 CPUs"},
-		{0, "", 2, 1, "a quarter of 2 CPUs"},
-		{0, "", 8, 2, "a quarter of 8 CPUs"},
-		{0, "", 64, 16, "a quarter of 64 CPUs"},
-		{0, "3", 3, 3, "GOMAXPROCS environment variable"},
-		{0, "zero", 8, 2, "a quarter of 8 CPUs"},
-		{0, "0", 8, 2, "a quarter of 8 CPUs"},
-		{4, "3", 3, 4, "-max-procs"},
-		{2, "", 64, 2, "-max-procs"},
+		{0, "", 1, 1, 1, "a quarter of 1 CPUs"},
+		{0, "", 2, 1, 2, "a quarter of 2 CPUs"},
+		{0, "", 8, 2, 8, "a quarter of 8 CPUs"},
+		{0, "", 64, 16, 64, "a quarter of 64 CPUs"},
+		{0, "3", 3, 3, 3, "GOMAXPROCS environment variable"},
+		{0, "zero", 8, 2, 8, "a quarter of 8 CPUs"},
+		{0, "0", 8, 2, 8, "a quarter of 8 CPUs"},
+		{4, "3", 3, 4, 4, "-max-procs"},
+		{2, "", 64, 2, 2, "-max-procs"},
 	} {
-		n, why := hubProcs(c.flag, c.env, c.avail)
-		if n != c.want || !strings.Contains(why, c.why) {
-			t.Errorf("hubProcs(%d, %q, %d) = %d (%s), want %d (%s)", c.flag, c.env, c.avail, n, why, c.want, c.why)
+		low, high, why := hubProcs(c.flag, c.env, c.avail)
+		if low != c.low || high != c.high || !strings.Contains(why, c.why) {
+			t.Errorf("hubProcs(%d, %q, %d) = %d, %d (%s), want %d, %d (%s)", c.flag, c.env, c.avail, low, high, why, c.low, c.high, c.why)
 		}
 	}
 }

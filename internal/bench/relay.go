@@ -22,8 +22,9 @@ const RelayEnv = "WSBENCH_RELAY"
 // splice(2)). It reads no HTTP at all, so the proxy scenario's relay row is
 // what one extra loopback hop costs by itself; the hub's row over the relay's
 // is what the hub's own work adds. It runs as a separate process, as the hub
-// does, with the hub's default GOMAXPROCS, and prints "listening" once every
-// listener is open. It returns only on error.
+// does, on the hub's low GOMAXPROCS (it never raises it, as the hub does for a
+// crowd of commands), and prints "listening" once every listener is open. It
+// returns only on error.
 func Relay(spec string) error {
 	targets := map[string]string{}
 	for pair := range strings.SplitSeq(spec, ",") {
@@ -57,9 +58,9 @@ func Relay(spec string) error {
 	return nil
 }
 
-// asTheHub gives the process the hub's default -max-procs (a quarter of the
-// CPUs, at least 1) unless GOMAXPROCS is set, as the hub would take it: the
-// relay and the echo process stand where the hub does.
+// asTheHub gives the process the hub's low default -max-procs (a quarter of
+// the CPUs, at least 1) unless GOMAXPROCS is set, as the hub would take it:
+// the relay and the echo process stand where the hub does.
 func asTheHub() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/4))

@@ -256,6 +256,8 @@ func (h *Hub) admit(c *creation) error {
 func (h *Hub) start(c *creation) error {
 	h.pending.Add(1)
 	defer h.pending.Add(-1)
+	h.opts.Load.StartBegin()
+	defer h.opts.Load.StartEnd()
 	err := h.startAttempts(c)
 	c.slot.Started(startOutcome(c.ctx, err))
 	if err != nil && c.ctx.Err() != nil {

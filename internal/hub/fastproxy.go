@@ -72,6 +72,8 @@ func (h *Hub) serveCommand(w http.ResponseWriter, r *http.Request, escID string)
 		return
 	}
 	defer h.sessions.Done(s)
+	h.opts.Load.Begin()
+	defer h.opts.Load.End()
 	base := s.URL()
 	path := r.URL.EscapedPath()
 	if i := strings.Index(path, "/session/"); i >= 0 {

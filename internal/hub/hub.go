@@ -85,7 +85,29 @@ type Options struct {
 	// share it (launcher.Options.ReadyTransport). Nil: a client of the hub's
 	// own. Ignored when Transport is set.
 	DriverClient *DriverClient
+	// Load is told of every proxied command and driver start, for sizing the
+	// hub's CPUs to them (package procs). Nil: nobody is told.
+	Load Load
 }
+
+// Load hears what keeps the hub busy; its methods are called on the
+// per-command path, so they must cost next to nothing.
+type Load interface {
+	// Begin and End bracket a proxied command.
+	Begin()
+	End()
+	// StartBegin and StartEnd bracket a driver start.
+	StartBegin()
+	StartEnd()
+}
+
+// noLoad is the Load of a hub nobody sizes.
+type noLoad struct{}
+
+func (noLoad) Begin()      {}
+func (noLoad) End()        {}
+func (noLoad) StartBegin() {}
+func (noLoad) StartEnd()   {}
 
 // Authenticator says who sent a request (internal/auth implements it).
 type Authenticator interface {
@@ -141,6 +163,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Version == "" {
 		o.Version = "dev"
+	}
+	if o.Load == nil {
+		o.Load = noLoad{}
 	}
 	if o.Transport == nil {
 		o.Transport = &http.Transport{
