@@ -32,8 +32,9 @@ import (
 
 // DefaultWindow is how long the load must stay low before the Governor lowers
 // the hub's Ps again: long enough that a run of commands with pauses between
-// them does not switch every few commands (each switch stops the world for
-// tens of µs), short enough that an idle hub soon gives the CPU back.
+// them does not switch every few commands (a switch stops the world: 26 µs on
+// the 2-CPU VM, BenchmarkSwitch), short enough that an idle hub soon gives the
+// CPU back.
 const DefaultWindow = 250 * time.Millisecond
 
 // CrowdPerProc is how many commands in flight at once, per Low P, call for

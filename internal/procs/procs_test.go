@@ -2,6 +2,7 @@ package procs
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -225,5 +226,16 @@ func TestValidate(t *testing.T) {
 		if _, err := New(o, nil, nil); err == nil {
 			t.Errorf("New(%+v) accepted it", o)
 		}
+	}
+}
+
+// BenchmarkSwitch is what one switch costs the process (runtime.GOMAXPROCS
+// stops the world): the Governor switches at most twice a Window.
+func BenchmarkSwitch(b *testing.B) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	n := 1
+	for b.Loop() {
+		n = 3 - n
+		runtime.GOMAXPROCS(n)
 	}
 }
