@@ -179,10 +179,15 @@ func (g *Governor) Stop() {
 		g.timer.Stop()
 	}
 	if g.high.Load() {
-		g.opts.Set(g.opts.Low)
-		g.high.Store(false)
-		g.procs.Set(float64(g.opts.Low))
+		g.lowerLocked()
 	}
+}
+
+// lowerLocked sets Low; g.mu is held.
+func (g *Governor) lowerLocked() {
+	g.opts.Set(g.opts.Low)
+	g.high.Store(false)
+	g.procs.Set(float64(g.opts.Low))
 }
 
 func (g *Governor) raise(why string) {
@@ -220,9 +225,7 @@ func (g *Governor) look() {
 		g.timer.Reset(g.opts.Window)
 		return
 	}
-	g.opts.Set(g.opts.Low)
-	g.high.Store(false)
-	g.procs.Set(float64(g.opts.Low))
+	g.lowerLocked()
 	logtag.Event(g.log, slog.LevelDebug, "", "PROCS", fmt.Sprintf("%d → %d", g.opts.High, g.opts.Low),
 		fmt.Sprintf("at most %d commands in flight and no driver start for %v", peak, g.opts.Window))
 }
