@@ -70,15 +70,15 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// Governor raises and lowers the Ps. Its Begin, End, StartBegin and StartEnd are safe from
-// any goroutine and cost a few atomic operations; a nil *Governor does
-// nothing.
+// Governor raises and lowers the Ps. Its Begin, End, StartBegin and StartEnd
+// are safe from any goroutine and cost a few atomic operations; a nil
+// *Governor does nothing.
 type Governor struct {
 	opts Options
 	log  *slog.Logger
 
 	inFlight atomic.Int32 // commands between Begin and End
-	peak     atomic.Int32 // the most in flight since the last look
+	peak     atomic.Int32 // the most in flight since the last look, kept while High
 	starts   atomic.Int32 // driver starts between StartBegin and StartEnd
 	started  atomic.Bool  // a start began since the last look
 	high     atomic.Bool
@@ -133,10 +133,14 @@ func (g *Governor) Begin() {
 		return
 	}
 	n := g.inFlight.Add(1)
-	for p := g.peak.Load(); n > p && !g.peak.CompareAndSwap(p, n); p = g.peak.Load() {
+	if !g.high.Load() {
+		// Only a window on High is looked at: raise starts its peak afresh.
+		if n >= int32(g.opts.Crowd) {
+			g.raise(fmt.Sprintf("%d commands in flight", n))
+		}
+		return
 	}
-	if n >= int32(g.opts.Crowd) && !g.high.Load() {
-		g.raise(fmt.Sprintf("%d commands in flight", n))
+	for p := g.peak.Load(); n > p && !g.peak.CompareAndSwap(p, n); p = g.peak.Load() {
 	}
 }
 
