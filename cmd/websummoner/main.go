@@ -135,6 +135,14 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.DurationVar(&c.hub.IdleTimeout, "timeout", 60*time.Second, "Session idle timeout: a session with no command for this long ends (0 = never)")
 	fs.DurationVar(&c.hub.MaxTimeout, "max-timeout", time.Hour, "Maximum idle timeout a client may ask for with sessionTimeout (0 = no cap)")
 	fs.DurationVar(&c.hub.SessionAttemptTimeout, "session-attempt-timeout", hub.DefaultSessionAttemptTimeout, "How long the driver's new-session call may take, per attempt (0 = the default)")
+	fs.BoolFunc("fast-lanes", "Serve a keep-alive connection's plain WebDriver commands, after its first, with the hub's own request loop instead of Go's HTTP server (default true; false: Go's server serves every request)", func(v string) error {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("-fast-lanes takes true or false (got %q)", v)
+		}
+		c.hub.NoLanes = !on
+		return nil
+	})
 	fs.IntVar(&c.hub.RetryCount, "retry-count", 1, "Attempts to start a browser for one new-session request (0 = the default, 1)")
 	fs.Func("max-upload-size", "Largest file upload passed to a driver, e.g. 64m or 1g (Selenium's send_keys of a local file)", func(v string) error {
 		n, err := docker.ParseSize(v)

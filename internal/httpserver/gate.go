@@ -179,6 +179,12 @@ func (g *gate) pass(c net.Conn) {
 	if !ok {
 		return
 	}
+	g.give(c)
+}
+
+// give hands c to the HTTP server as a new arrival: one passed by the watch,
+// or one a lane handed back with its next request's bytes already read.
+func (g *gate) give(c net.Conn) {
 	select {
 	case g.slots <- struct{}{}:
 	case <-g.done:

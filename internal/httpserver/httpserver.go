@@ -74,9 +74,12 @@ type Server struct {
 	srv   *http.Server
 	limit int // the descriptor soft limit after raising it
 
-	mu    sync.Mutex
-	conns map[net.Conn]*conn
-	gate  *gate // nil before Serve
+	mu         sync.Mutex
+	conns      map[net.Conn]*conn
+	gate       *gate // nil before Serve
+	closing    bool  // Shutdown has begun
+	lanes      int   // lanes not yet ended (lane.go)
+	laneEvents chan struct{}
 }
 
 // conn is what the server knows of one connection.
@@ -87,6 +90,7 @@ type conn struct {
 	reading bool      // a request body is still arriving
 	readAt  time.Time // when that body began
 	srv     *Server   // for Rehold
+	lane    bool      // served by a Lane, not the HTTP server
 }
 
 type connKey struct{}
@@ -113,6 +117,7 @@ func Rehold(ctx context.Context) func(net.Conn) {
 }
 
 func (s *Server) rehold(c net.Conn) {
+	c = unwrap(c)
 	s.mu.Lock()
 	g := s.gate
 	s.mu.Unlock()
@@ -141,7 +146,7 @@ func New(opts Options, h http.Handler, logger *slog.Logger) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opts: opts, log: logger, conns: map[net.Conn]*conn{}, limit: RaiseFileLimit()}
+	s := &Server{opts: opts, log: logger, conns: map[net.Conn]*conn{}, limit: RaiseFileLimit(), laneEvents: make(chan struct{}, 1)}
 	if opts.FileLimit > 0 {
 		s.limit = min(s.limit, opts.FileLimit)
 	}
@@ -206,8 +211,15 @@ func (s *Server) Serve(ln net.Listener) error {
 	return err
 }
 
-// Shutdown stops accepting and waits, until ctx ends, for handlers to finish.
-func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+// Shutdown stops accepting and waits, until ctx ends, for handlers and lanes
+// to finish.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	err := s.srv.Shutdown(ctx)
+	return errors.Join(err, s.shutdownLanes(ctx))
+}
 
 func (s *Server) track(c net.Conn, st http.ConnState) {
 	s.mu.Lock()

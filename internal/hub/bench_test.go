@@ -25,9 +25,12 @@ func BenchmarkProxyCommand(b *testing.B) {
 }
 
 // proxyBench is a hub with one session on a local stub driver, and the
-// command's URL straight to the driver and through the hub.
+// command's URL straight to the driver and through the hub, behind the
+// server it runs behind in production (lanes included). WEBSUMMONER_NO_LANES=1
+// turns the lanes off, for comparing.
 func proxyBench(tb testing.TB) (f *fixture, direct, viaHub string) {
-	f = newFixture(tb, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	f = newFixture(tb, queue.Options{Limit: 1}, Options{NoLanes: os.Getenv("WEBSUMMONER_NO_LANES") != ""}, &stubLauncher{})
+	addr := serveBehindHubServer(tb, f)
 	_, body := f.do("POST", "/session", w3cChrome)
 	id := body["value"].(map[string]any)["sessionId"].(string)
 	f.l.mu.Lock()
@@ -35,7 +38,7 @@ func proxyBench(tb testing.TB) (f *fixture, direct, viaHub string) {
 		direct = i.srv.URL
 	}
 	f.l.mu.Unlock()
-	return f, direct + "/session/" + id + "/title", f.srv.URL + "/wd/hub/session/" + id + "/title"
+	return f, direct + "/session/" + id + "/title", "http://" + addr + "/wd/hub/session/" + id + "/title"
 }
 
 var benchClient = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}

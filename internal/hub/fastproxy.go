@@ -59,8 +59,9 @@ var hopHeaders = map[string]bool{
 var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // serveCommand proxies one command to its session's driver. id is escaped, as
-// in the path.
-func (h *Hub) serveCommand(w http.ResponseWriter, r *http.Request, escID string) {
+// in the path. It reports whether the driver's answer was relayed whole with
+// its length declared: then the connection may become a lane (lane.go).
+func (h *Hub) serveCommand(w http.ResponseWriter, r *http.Request, escID string) bool {
 	id := escID
 	if strings.IndexByte(id, '%') >= 0 {
 		if u, err := url.PathUnescape(id); err == nil {
@@ -69,7 +70,7 @@ func (h *Hub) serveCommand(w http.ResponseWriter, r *http.Request, escID string)
 	}
 	s, ok := h.beginID(w, r, id)
 	if !ok {
-		return
+		return false
 	}
 	defer h.sessions.Done(s)
 	h.opts.Load.Begin()
@@ -90,17 +91,19 @@ func (h *Hub) serveCommand(w http.ResponseWriter, r *http.Request, escID string)
 			body = make([]byte, r.ContentLength)
 			if _, err := io.ReadFull(r.Body, body); err != nil {
 				webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument, "reading the command's body: "+err.Error())
-				return
+				return false
 			}
 		}
 		uri := escPath
 		if r.URL.RawQuery != "" {
 			uri += "?" + r.URL.RawQuery
 		}
-		if err := h.wire.do(ctx, w, r.Method, base.Host, uri, r.Header, body); err != nil {
+		if err := h.wire.do(ctx, w, r.Method, base.Host, uri, r.Header, nil, body); err != nil {
 			h.commandError(w, r, s, err)
+			return false
 		}
-		return
+		_, whole := w.Header()["Content-Length"]
+		return whole && ctx.Err() == nil
 	}
 	target := &url.URL{Scheme: base.Scheme, Host: base.Host, RawQuery: r.URL.RawQuery, RawPath: escPath, Path: escPath}
 	if strings.IndexByte(escPath, '%') >= 0 {
@@ -129,7 +132,7 @@ func (h *Hub) serveCommand(w http.ResponseWriter, r *http.Request, escID string)
 	resp, err := h.opts.Transport.RoundTrip(out.WithContext(ctx))
 	if err != nil {
 		h.commandError(w, r, s, err)
-		return
+		return false
 	}
 	defer resp.Body.Close()
 	hdr := w.Header()
@@ -146,6 +149,7 @@ func (h *Hub) serveCommand(w http.ResponseWriter, r *http.Request, escID string)
 		// The driver's answer broke off: the client must not take it as whole.
 		panic(http.ErrAbortHandler)
 	}
+	return false // the Transport's path: no lane, which needs the wire
 }
 
 // writerOnly hides the ResponseWriter's ReadFrom, so the copy uses the pooled

@@ -88,6 +88,11 @@ type Options struct {
 	// Load is told of every proxied command and driver start, for sizing the
 	// hub's CPUs to them (package procs). Nil: nobody is told.
 	Load Load
+	// NoLanes is -fast-lanes=false: Go's HTTP server serves every request, a
+	// connection's plain commands after its first included. False: those are
+	// served by the hub's own loop (lane.go), when the connection came through
+	// an httpserver.Server and basic authentication is off.
+	NoLanes bool
 }
 
 // Load hears what keeps the hub busy; its methods are called on the
@@ -204,10 +209,12 @@ type Hub struct {
 
 	started  time.Time
 	requests atomic.Uint64
-	reqIDs   atomic.Uint64
-	pending  atomic.Int64
-	draining atomic.Bool // Drain has begun: /readyz and /status say so
-	shutDown atomic.Bool // the grace period is over: no session may be registered
+	// laneCommands counts the commands lanes served (tests read it).
+	laneCommands atomic.Uint64
+	reqIDs       atomic.Uint64
+	pending      atomic.Int64
+	draining     atomic.Bool // Drain has begun: /readyz and /status say so
+	shutDown     atomic.Bool // the grace period is over: no session may be registered
 }
 
 // New builds a hub from its parts.
@@ -269,7 +276,9 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(context.WithValue(r.Context(), userKey{}, user))
 	}
 	if id, rest, ok := commandPath(r.URL.EscapedPath()); ok && fastCommand(r, rest) {
-		h.serveCommand(w, r, id)
+		if h.serveCommand(w, r, id) {
+			h.runLane(w, r)
+		}
 		return
 	}
 	h.router.ServeHTTP(w, r)

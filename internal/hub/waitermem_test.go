@@ -67,7 +67,7 @@ func TestWaiterMemory(t *testing.T) {
 // serveBehindHubServer serves f's hub behind the server it runs behind in
 // production (the first-byte gate, body deadlines, connection tracking), not
 // httptest's bare one, until the test ends; it returns the address.
-func serveBehindHubServer(t *testing.T, f *fixture) string {
+func serveBehindHubServer(t testing.TB, f *fixture) string {
 	t.Helper()
 	srv, err := httpserver.New(httpserver.Options{}, f.hub, nil)
 	if err != nil {

@@ -208,16 +208,18 @@ var (
 // commands read state; every other method may act (a click, a window closed).
 func replayable(method string) bool { return method == http.MethodGet || method == http.MethodHead }
 
-// do sends one request and copies the answer into w. It returns an error only
+// do sends one request and copies the answer into w; the request's headers
+// are hdr's, and raw's lines ("Name: value\r\n", already filtered). It
+// returns an error only
 // while nothing has been written to w; after that, a broken answer panics
 // with http.ErrAbortHandler, so the client never takes it as whole.
-func (wr *wire) do(ctx context.Context, w http.ResponseWriter, method, host, uri string, hdr http.Header, body []byte) error {
+func (wr *wire) do(ctx context.Context, w http.ResponseWriter, method, host, uri string, hdr http.Header, raw, body []byte) error {
 	for attempt := 0; ; attempt++ {
 		c, reused, err := wr.get(ctx, host)
 		if err != nil {
 			return err
 		}
-		err = wr.roundTrip(ctx, c, w, method, host, uri, hdr, body)
+		err = wr.roundTrip(ctx, c, w, method, host, uri, hdr, raw, body)
 		if err != nil && ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -228,7 +230,7 @@ func (wr *wire) do(ctx context.Context, w http.ResponseWriter, method, host, uri
 	}
 }
 
-func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWriter, method, host, uri string, hdr http.Header, body []byte) (err error) {
+func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWriter, method, host, uri string, hdr http.Header, raw, body []byte) (err error) {
 	stop := context.AfterFunc(ctx, func() { _ = c.c.SetDeadline(time.Unix(1, 0)) })
 	keep := false
 	defer func() {
@@ -255,6 +257,7 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 			b = append(b, "\r\n"...)
 		}
 	}
+	b = append(b, raw...)
 	if body != nil || method == http.MethodPost || method == http.MethodPut {
 		b = append(b, "Content-Length: "...)
 		b = strconv.AppendInt(b, int64(len(body)), 10)
@@ -442,7 +445,7 @@ func (wr *wire) call(ctx context.Context, method string, u *url.URL, hdr http.He
 		uri += "?" + u.RawQuery
 	}
 	c := &captured{header: http.Header{}, limit: limit}
-	if err := wr.do(ctx, c, method, u.Host, uri, hdr, body); err != nil {
+	if err := wr.do(ctx, c, method, u.Host, uri, hdr, nil, body); err != nil {
 		return nil, err
 	}
 	return c, nil

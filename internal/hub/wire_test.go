@@ -96,7 +96,7 @@ func wireDo(t *testing.T, wr *wire, host, method string) (*httptest.ResponseReco
 				aborted = true
 			}
 		}()
-		err = wr.do(context.Background(), rec, method, host, "/session/s/url", hdr, body)
+		err = wr.do(context.Background(), rec, method, host, "/session/s/url", hdr, nil, body)
 	}()
 	return rec, err, aborted
 }
@@ -358,7 +358,7 @@ func TestWireSendsTheRequestAsIs(t *testing.T) {
 			body[i] = byte('a' + i%26)
 		}
 		rec := httptest.NewRecorder()
-		if err := wr.do(context.Background(), rec, "POST", host, "/session/s/element?x=1", hdr, body); err != nil || rec.Code != 200 {
+		if err := wr.do(context.Background(), rec, "POST", host, "/session/s/element?x=1", hdr, nil, body); err != nil || rec.Code != 200 {
 			t.Fatalf("%d-byte body: %v, %d", size, err, rec.Code)
 		}
 		s := <-got
