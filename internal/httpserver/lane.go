@@ -56,11 +56,14 @@ var errLaneEnds = errors.New("the server is shutting down")
 // whole answer whose length it declared (Content-Length); the answer is sent
 // first. It returns nil, and leaves w alone, when the connection cannot be a
 // lane: served by another server, TLS, not HTTP/1.1, closing after this
-// answer, or the server shutting down.
+// answer, a request with Expect, or the server shutting down.
 func TakeLane(w http.ResponseWriter, r *http.Request) *Lane {
 	info, _ := r.Context().Value(connKey{}).(*conn)
 	if info == nil || info.srv == nil || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close {
 		return nil
+	}
+	if _, ok := r.Header["Expect"]; ok {
+		return nil // Go's server's interim 100 Continue is its own to finish
 	}
 	if _, ok := info.c.(*tls.Conn); ok {
 		return nil

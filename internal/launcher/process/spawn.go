@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -23,6 +24,7 @@ import (
 // and a driver gets SIGKILL (Pdeathsig) when its parent thread ends.
 type spawner struct {
 	reqs chan *spawnReq
+	once sync.Once // stop runs from its caller and again from the launcher's cleanup
 }
 
 // spawnReq is one driver start, answered by closing done.
@@ -80,7 +82,7 @@ func newSpawner() (*spawner, error) {
 
 // stop ends the spawner's thread; drivers it started and that still run get
 // SIGKILL from the kernel.
-func (s *spawner) stop() { close(s.reqs) }
+func (s *spawner) stop() { s.once.Do(func() { close(s.reqs) }) }
 
 func (s *spawner) run(ready chan<- error, started chan<- struct{}) {
 	// Never unlocked: when this goroutine returns the runtime ends the thread,
