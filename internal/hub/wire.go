@@ -195,6 +195,11 @@ func (wr *wire) closeIdle(host string) {
 	}
 }
 
+// maxInterim bounds the interim (1xx) answers read past before a command's
+// real answer: a driver that sends them without end gets an error, not the
+// hub's time.
+const maxInterim = 8
+
 // errNothingRead is a request whose connection broke before a byte of the answer
 // arrived; errNotSent one whose connection broke while it was being written,
 // so the driver has no whole request. On a reused connection a request not
@@ -247,8 +252,8 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 	b = append(b, host...)
 	b = append(b, "\r\n"...)
 	for k, vs := range hdr {
-		if hopHeaders[k] || k == "Authorization" || k == "Content-Length" || k == "Host" {
-			continue
+		if hopHeaders[k] || k == "Authorization" || k == "Content-Length" || k == "Host" || k == "Expect" {
+			continue // Expect: the hub holds the whole body, and its client had its 100 Continue
 		}
 		for _, v := range vs {
 			b = append(b, k...)
@@ -280,26 +285,46 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 	}
 
 	br := c.br
-	line, err := br.ReadSlice('\n')
-	if err != nil {
-		if len(line) == 0 {
-			return fmt.Errorf("%w: %v", errNothingRead, err)
-		}
-		return err
-	}
-	// "HTTP/1.1 200 OK"
-	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) {
-		return fmt.Errorf("the driver's answer is not HTTP: %q", line)
-	}
-	status, err := strconv.Atoi(string(line[9:12]))
-	if err != nil || status < 100 {
-		return fmt.Errorf("the driver's status line is malformed: %q", line)
-	}
-	closeAfter := line[7] == '0' // HTTP/1.0
 	tp := textproto.NewReader(br)
-	mh, err := tp.ReadMIMEHeader()
-	if err != nil {
-		return fmt.Errorf("reading the driver's headers: %v", err)
+	var (
+		status     int
+		closeAfter bool
+		mh         textproto.MIMEHeader
+	)
+	for interim := 0; ; interim++ {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			if len(line) == 0 && interim == 0 {
+				return fmt.Errorf("%w: %v", errNothingRead, err)
+			}
+			return fmt.Errorf("reading the driver's status line: %v", err)
+		}
+		// "HTTP/1.1 200 OK"
+		if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) {
+			return fmt.Errorf("the driver's answer is not HTTP: %q", line)
+		}
+		status, err = strconv.Atoi(string(line[9:12]))
+		if err != nil || status < 100 || status > 999 {
+			return fmt.Errorf("the driver's status line is malformed: %q", line)
+		}
+		closeAfter = line[7] == '0' // HTTP/1.0
+		if mh, err = tp.ReadMIMEHeader(); err != nil {
+			return fmt.Errorf("reading the driver's headers: %v", err)
+		}
+		if status >= 200 {
+			break
+		}
+		// An interim answer (100 Continue, 103 Early Hints) comes before the
+		// real one and is not the client's: its client had its own 100
+		// Continue from the hub's server, if it asked. Relayed, it would end
+		// the client's answer early and leave the real one in the pooled
+		// connection for the next command to read.
+		if status == http.StatusSwitchingProtocols {
+			return fmt.Errorf("the driver switched protocols (101) on a command that asked for no upgrade")
+		}
+		if interim == maxInterim {
+			return fmt.Errorf("the driver sent over %d interim (1xx) answers to one command", maxInterim)
+		}
 	}
 	out := w.Header()
 	var length int64 = -1
@@ -327,7 +352,7 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 	}
 	var src io.Reader
 	switch {
-	case method == http.MethodHead || status == http.StatusNoContent || status == http.StatusNotModified || status < 200:
+	case method == http.MethodHead || status == http.StatusNoContent || status == http.StatusNotModified:
 		src, length = http.NoBody, 0
 	case chunked:
 		src, length = httputil.NewChunkedReader(br), -1

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -376,5 +377,62 @@ func TestWireSendsTheRequestAsIs(t *testing.T) {
 	}
 	if c := cap(idle[0].req); c > wireKeepReq {
 		t.Fatalf("the connection keeps a %d-byte request buffer, more than %d", c, wireKeepReq)
+	}
+}
+
+// A driver's interim answers (100 Continue, 103 Early Hints) are read past:
+// the client gets the real answer, and the next command on the kept-alive
+// connection gets its own, not the one before it. The client's Expect is not
+// passed on (the hub holds the body). A 101, or interim answers without end,
+// are errors, on a connection that is then closed.
+func TestWireReadsPastInterimAnswers(t *testing.T) {
+	expects := make(chan string, 8)
+	var n atomic.Int32
+	host, conns := serveRequests(t, func(c net.Conn, req *http.Request, body []byte) bool {
+		expects <- req.Header.Get("Expect")
+		i := n.Add(1)
+		switch req.URL.Query().Get("kind") {
+		case "switch":
+			io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n")
+			return false
+		case "endless":
+			for range maxInterim + 2 {
+				io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
+			}
+			return false
+		}
+		// Interim answers, each in its own write, then the real one.
+		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
+		io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\n")
+		io.WriteString(c, fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%d", len(fmt.Sprint(i)), i))
+		return true
+	})
+	wr := newWire()
+	hdr := http.Header{"Expect": {"100-continue"}}
+	for want := 1; want <= 3; want++ {
+		rec := httptest.NewRecorder()
+		if err := wr.do(context.Background(), rec, "POST", host, "/session/s/url", hdr, nil, []byte(`{"url":"x"}`)); err != nil {
+			t.Fatalf("command %d: %v", want, err)
+		}
+		if rec.Code != 200 || rec.Body.String() != fmt.Sprint(want) || rec.Header().Get("Link") != "" {
+			t.Fatalf("command %d: %d %q %v; want 200 %q, no interim headers", want, rec.Code, rec.Body.String(), rec.Header(), fmt.Sprint(want))
+		}
+		if e := <-expects; e != "" {
+			t.Fatalf("the driver was sent Expect: %q", e)
+		}
+	}
+	if c := conns.Load(); c != 1 {
+		t.Fatalf("%d connections for three commands, want one kept alive", c)
+	}
+	for _, kind := range []string{"switch", "endless"} {
+		rec := httptest.NewRecorder()
+		err := wr.do(context.Background(), rec, "GET", host, "/session/s/url?kind="+kind, nil, nil, nil)
+		<-expects
+		if err == nil || rec.Code != 200 || rec.Body.Len() != 0 || rec.Flushed {
+			t.Fatalf("%s: %v, %d %q; want an error and nothing written", kind, err, rec.Code, rec.Body.String())
+		}
+	}
+	if wr.total != 0 {
+		t.Fatalf("%d idle connections kept after broken answers", wr.total)
 	}
 }
