@@ -56,14 +56,11 @@ var errLaneEnds = errors.New("the server is shutting down")
 // whole answer whose length it declared (Content-Length); the answer is sent
 // first. It returns nil, and leaves w alone, when the connection cannot be a
 // lane: served by another server, TLS, not HTTP/1.1, closing after this
-// answer, a request with Expect, or the server shutting down.
+// answer, or the server shutting down.
 func TakeLane(w http.ResponseWriter, r *http.Request) *Lane {
 	info, _ := r.Context().Value(connKey{}).(*conn)
 	if info == nil || info.srv == nil || r.ProtoMajor != 1 || r.ProtoMinor != 1 || r.Close {
 		return nil
-	}
-	if _, ok := r.Header["Expect"]; ok {
-		return nil // Go's server's interim 100 Continue is its own to finish
 	}
 	if _, ok := info.c.(*tls.Conn); ok {
 		return nil
@@ -263,17 +260,18 @@ func (l *Lane) forget() {
 	s.laneEvent()
 }
 
-// setState records the lane idle or active; false when the server is shutting
-// down.
+// setState records the lane idle or active; false, and the state left as it
+// was, when the server is shutting down. A lane that is answering must not be
+// seen idle then: Shutdown closes idle lanes, and the answer would be cut off.
+// It ends instead, after its answer, and its end (forget) tells Shutdown.
 func (l *Lane) setState(st http.ConnState) bool {
 	s := l.s
 	s.mu.Lock()
-	l.info.state, l.info.since = st, time.Now()
 	closing := s.closing
-	s.mu.Unlock()
-	if closing {
-		s.laneEvent()
+	if !closing {
+		l.info.state, l.info.since = st, time.Now()
 	}
+	s.mu.Unlock()
 	return !closing
 }
 

@@ -119,39 +119,49 @@ func (h *Hub) laneParse(l *httpserver.Lane, hd *laneHead) (ok bool, err error) {
 			return false, err
 		}
 	}
+	return parseLaneHead(head, hd), nil
+}
+
+// parseLaneHead parses a request head (blank line included) into hd; false
+// for a request the lane does not serve. What it takes, Go's HTTP server
+// reads the same way (FuzzLaneHead).
+func parseLaneHead(head []byte, hd *laneHead) bool {
 	*hd = laneHead{headers: hd.headers[:0], size: len(head)}
 	line, rest, _ := bytes.Cut(head, []byte("\r\n"))
 	if !parseRequestLine(line, hd) {
-		return false, nil
+		return false
 	}
 	escPath, _, _ := strings.Cut(hd.target, "?")
 	id, cmd, ok := commandPath(escPath)
 	if !ok || !laneCommandOK(hd.method, cmd) || dotSegment(escPath) || id == "" {
-		return false, nil
+		return false
 	}
 	host, lengths := 0, 0
 	for len(rest) > 2 {
 		line, rest, _ = bytes.Cut(rest, []byte("\r\n"))
 		name, value, ok := splitHeader(line)
 		if !ok {
-			return false, nil
+			return false
 		}
 		switch {
 		case asciiEqualFold(name, "Host"):
+			if !validHost(value) {
+				return false // Go's server answers 400 to a malformed Host
+			}
 			host++
 		case asciiEqualFold(name, "Content-Length"):
 			if lengths++; lengths > 1 || len(value) == 0 || len(value) > 7 {
-				return false, nil
+				return false
 			}
 			n := 0
 			for _, c := range value {
 				if c < '0' || c > '9' {
-					return false, nil
+					return false
 				}
 				n = n*10 + int(c-'0')
 			}
 			if n > wireMaxBody {
-				return false, nil
+				return false
 			}
 			hd.length = n
 		case asciiEqualFold(name, "Connection"):
@@ -161,12 +171,12 @@ func (h *Hub) laneParse(l *httpserver.Lane, hd *laneHead) (ok bool, err error) {
 					hd.close = true
 				case "keep-alive", "":
 				default:
-					return false, nil // it names headers to drop, or upgrades
+					return false // it names headers to drop, or upgrades
 				}
 			}
 		case asciiEqualFold(name, "Transfer-Encoding"), asciiEqualFold(name, "Upgrade"), asciiEqualFold(name, "Expect"),
 			asciiEqualFold(name, "Te"), asciiEqualFold(name, "Trailer"):
-			return false, nil
+			return false
 		case asciiEqualFold(name, "Keep-Alive"), asciiEqualFold(name, "Proxy-Connection"),
 			asciiEqualFold(name, "Proxy-Authorization"), asciiEqualFold(name, "Proxy-Authenticate"),
 			asciiEqualFold(name, "Authorization"):
@@ -177,9 +187,9 @@ func (h *Hub) laneParse(l *httpserver.Lane, hd *laneHead) (ok bool, err error) {
 		}
 	}
 	if host != 1 {
-		return false, nil
+		return false
 	}
-	return true, nil
+	return true
 }
 
 // laneCommandOK is fastCommand for a lane's head: no uploads, BiDi or
@@ -243,6 +253,21 @@ func bareLF(b []byte) bool {
 		i += 1 + j
 	}
 	return false
+}
+
+// validHost reports whether a Host value has only the bytes Go's HTTP server
+// accepts in one (httpguts.ValidHostHeader): letters, digits and
+// "!$%&'()*+,-.:;=[]_~".
+func validHost(v []byte) bool {
+	for _, c := range v {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!$%&'()*+,-.:;=[]_~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
