@@ -3,6 +3,7 @@ package hub
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -375,7 +376,9 @@ func (h *Hub) laneCommand(l *httpserver.Lane, lw *laneWriter, hd *laneHead, body
 		}
 		h.commandError(lw, r, s, err)
 	}
-	return lw.err == nil && ctx.Err() == nil
+	// An answer short of its declared length (or over it) is cut off here:
+	// the lane sends what it has and closes, as Go's server aborts one.
+	return lw.whole() && ctx.Err() == nil
 }
 
 // laneWriter is a lane's http.ResponseWriter: the answer is built in buf and
@@ -387,6 +390,7 @@ type laneWriter struct {
 	hdr     http.Header
 	status  int
 	length  int64 // declared; -1 when not
+	written int64 // of a declared length
 	chunked bool
 	noBody  bool
 	buf     []byte
@@ -397,7 +401,7 @@ const laneBuffer = 32 << 10
 
 func (w *laneWriter) reset() {
 	clear(w.hdr)
-	w.status, w.length, w.chunked, w.noBody, w.err = 0, -1, false, false, nil
+	w.status, w.length, w.written, w.chunked, w.noBody, w.err = 0, -1, 0, false, false, nil
 	if cap(w.buf) > 4*laneBuffer {
 		w.buf = nil
 	}
@@ -459,8 +463,16 @@ func (w *laneWriter) Write(p []byte) (int, error) {
 	if w.noBody {
 		return len(p), nil
 	}
+	n := len(p)
 	switch {
 	case w.length >= 0:
+		if w.written+int64(len(p)) > w.length {
+			// Never more than the head declared: the client would read the rest
+			// as the next answer.
+			p = p[:w.length-w.written]
+			w.err = errLaneOverlong
+		}
+		w.written += int64(len(p))
 		w.buf = append(w.buf, p...)
 	case w.chunked:
 		w.buf = strconv.AppendInt(w.buf, int64(len(p)), 16)
@@ -487,7 +499,19 @@ func (w *laneWriter) Write(p []byte) (int, error) {
 		}
 		w.buf = w.buf[:0]
 	}
-	return len(p), nil
+	if w.err != nil {
+		return len(p), w.err
+	}
+	return n, nil
+}
+
+// errLaneOverlong is an answer longer than its declared Content-Length.
+var errLaneOverlong = errors.New("the answer is longer than its Content-Length")
+
+// whole reports whether the answer so far is one the client may take as
+// complete: nothing failed, and a declared length was met.
+func (w *laneWriter) whole() bool {
+	return w.err == nil && (w.length < 0 || w.written == w.length)
 }
 
 // finish is the rest of the answer to send; nil when nothing was answered.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -40,6 +41,16 @@ func newLaneFixture(t *testing.T, sopts httpserver.Options) (*laneFixture, *http
 			lf.seen = append(lf.seen, r.Header.Clone())
 			block := lf.block
 			lf.mu.Unlock()
+			if raw := r.URL.Query().Get("raw"); raw != "" {
+				// An answer no Go server writes (a hostile driver's): raw
+				// bytes on the hijacked connection, which is then closed.
+				c, _, err := w.(http.Hijacker).Hijack()
+				if err == nil {
+					io.WriteString(c, raw)
+					c.Close()
+				}
+				return
+			}
 			if block != nil && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/url") {
 				// Read whole, so that Go's server watches for the hub's close.
 				b, _ := io.ReadAll(r.Body)
@@ -398,5 +409,92 @@ func TestExpectContinueClient(t *testing.T) {
 		if h.Get("Expect") != "" {
 			t.Fatalf("the driver was sent Expect: %v", h)
 		}
+	}
+}
+
+// A driver's answer that frames its body two ways, or breaks off, never
+// desynchronises the client's connection, whether Go's server or a lane
+// serves the command: conflicting lengths are a 502 and the connection goes
+// on; chunks beside a Content-Length are relayed by the chunks; a body short
+// of its length reaches the client cut off, and the connection is closed.
+func TestHostileAnswerFraming(t *testing.T) {
+	lf, _ := newLaneFixture(t, httpserver.Options{})
+	s := "/session/" + lf.id
+	hostile := func(raw string) string { return headGet(s + "/title?raw=" + url.QueryEscape(raw)) }
+	cases := []struct {
+		name, raw string
+		status    int
+		body      string // in the answer; "" for a cut-off answer
+		cut       bool   // the answer breaks off and the connection closes
+	}{
+		{"two lengths", "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 50\r\n\r\nhello", 502, "conflicting Content-Length", false},
+		{"chunks and a length", "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", 200, "hello", false},
+		{"bad length", "HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\nhello", 502, "malformed Content-Length", false},
+		{"short body", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello", 0, "", true},
+	}
+	for _, c := range cases {
+		for _, viaLane := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/lane=%v", c.name, viaLane), func(t *testing.T) {
+				rc := lf.dial(t)
+				if viaLane {
+					rc.send(headGet(s + "/title"))
+					rc.answer()
+				}
+				before := lf.hub.laneCommands.Load()
+				rc.send(hostile(c.raw))
+				if c.cut {
+					resp, err := http.ReadResponse(rc.br, nil)
+					if err == nil {
+						var b []byte
+						b, err = io.ReadAll(resp.Body)
+						if err == nil {
+							t.Fatalf("a body short of its length reached the client as whole: %d %q", resp.StatusCode, b)
+						}
+					}
+					if n, err := rc.br.Read(make([]byte, 1)); err == nil {
+						t.Fatalf("after a cut-off answer the connection stays open (%d bytes more)", n)
+					}
+				} else {
+					resp, body := rc.answer()
+					if resp.StatusCode != c.status || !strings.Contains(body, c.body) {
+						t.Fatalf("%d %q; want %d with %q", resp.StatusCode, body, c.status, c.body)
+					}
+					if served := lf.hub.laneCommands.Load() != before; served != viaLane {
+						t.Fatalf("served by a lane: %v, want %v", served, viaLane)
+					}
+					for range 2 {
+						rc.send(headGet(s + "/title"))
+						if resp, body := rc.answer(); resp.StatusCode != 200 || body != `{"value":"wdstub"}`+"\n" {
+							t.Fatalf("the next command: %d %q", resp.StatusCode, body)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// A lane's answer never carries more than the length its head declares, and
+// one short of it is not whole (the lane then closes the connection).
+func TestLaneWriterKeepsToItsLength(t *testing.T) {
+	lw := &laneWriter{hdr: http.Header{}}
+	lw.reset()
+	lw.Header().Set("Content-Length", "3")
+	lw.WriteHeader(200)
+	if n, err := lw.Write([]byte("he")); n != 2 || err != nil || lw.whole() {
+		t.Fatalf("2 of 3 bytes: %d, %v, whole %v", n, err, lw.whole())
+	}
+	if _, err := lw.Write([]byte("llo")); err == nil || lw.whole() {
+		t.Fatalf("past the declared length: %v, whole %v; want an error", err, lw.whole())
+	}
+	if out := string(lw.finish()); !strings.HasSuffix(out, "\r\n\r\nhel") {
+		t.Fatalf("sent %q; want the head and 3 bytes of body", out)
+	}
+	lw.reset()
+	lw.Header().Set("Content-Length", "2")
+	lw.WriteHeader(200)
+	lw.Write([]byte("{}"))
+	if !lw.whole() || !strings.HasSuffix(string(lw.finish()), "\r\n\r\n{}") {
+		t.Fatal("an answer of its declared length is not whole")
 	}
 }

@@ -332,16 +332,29 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 	for k, vs := range mh {
 		switch k {
 		case "Content-Length":
-			if n, err := strconv.ParseInt(vs[0], 10, 64); err == nil && n >= 0 {
-				length = n
+			// One length, or the same one repeated: any other answer frames its
+			// body two ways, and whichever the hub took, the client could read
+			// the other.
+			for _, v := range vs[1:] {
+				if v != vs[0] {
+					return fmt.Errorf("the driver's answer has conflicting Content-Length headers %q", vs)
+				}
 			}
+			n, err := strconv.ParseInt(vs[0], 10, 64)
+			if err != nil || n < 0 {
+				return fmt.Errorf("the driver's answer has a malformed Content-Length %q", vs[0])
+			}
+			length = n
+			vs = vs[:1]
 		case "Transfer-Encoding":
 			chunked = len(vs) > 0 && vs[len(vs)-1] == "chunked"
 			continue
 		case "Connection":
 			for _, v := range vs {
-				if textproto.TrimString(v) == "close" {
-					closeAfter = true
+				for tok := range strings.SplitSeq(v, ",") {
+					if strings.EqualFold(textproto.TrimString(tok), "close") {
+						closeAfter = true
+					}
 				}
 			}
 			continue
@@ -349,6 +362,13 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 		if !hopHeaders[k] {
 			out[k] = vs
 		}
+	}
+	if chunked {
+		// The chunks frame the body and the client gets it with a framing of
+		// the hub's server's own: a Content-Length beside them is not the
+		// body's (RFC 9112 §6.3).
+		delete(out, "Content-Length")
+		length = -1
 	}
 	var src io.Reader
 	switch {
