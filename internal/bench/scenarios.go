@@ -285,9 +285,12 @@ func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, er
 		rounds = 1
 	}
 	var floor, run churnRun
+	var turns []string
 	for range rounds {
-		floor = floor.add(e.floorChurn(ctx, c, c, k, d/time.Duration(rounds)))
-		run = run.add(hubChurn(ctx, hub, c, k, d/time.Duration(rounds)))
+		f := e.floorChurn(ctx, c, c, k, d/time.Duration(rounds))
+		h := hubChurn(ctx, hub, c, k, d/time.Duration(rounds))
+		floor, run = floor.add(f), run.add(h)
+		turns = append(turns, fmt.Sprintf("%s/%s", ms(percentile(f.creates, 50)), ms(percentile(h.creates, 50))))
 	}
 	n := float64(run.sessions)
 	r := &Result{Scenario: fmt.Sprintf("churn-%d", c), Figures: map[string]float64{
@@ -312,6 +315,10 @@ func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, er
 	row := func(name string, x churnRun, cpu string) {
 		r.Rows = append(r.Rows, []string{name, strconv.Itoa(c), strconv.Itoa(x.sessions), fmt.Sprintf("%.1f", x.perSecond()),
 			ms(percentile(x.creates, 50)), ms(percentile(x.creates, 99)), ms(percentile(x.deletes, 50)), ms(percentile(x.deletes, 99)), cpu, fmt.Sprint(x.errs)})
+	}
+	if rounds > 1 {
+		// How much a turn's figure moves tells how far to trust the whole.
+		r.Notes = append(r.Notes, fmt.Sprintf("create p50 ms by turn, floor/hub: %s", strings.Join(turns, ", ")))
 	}
 	row("floor (load tool spawns the stub)", floor, "")
 	row("hub", run, fmt.Sprintf("%.2f", run.cpuSeconds/n*1000))
