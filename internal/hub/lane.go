@@ -86,9 +86,9 @@ func (h *Hub) runLane(w http.ResponseWriter, r *http.Request) {
 		}
 		lw.reset()
 		if !h.laneCommand(l, lw, &hd, body) || hd.close {
-			if out := lw.finish(); out != nil && !hd.close {
-				_ = l.Finish(out)
-			} else if out != nil {
+			// Closed after this answer, at once: not after the client's next
+			// request, which would then be lost.
+			if out := lw.finish(); out != nil {
 				_, _ = l.Write(out)
 			}
 			return
