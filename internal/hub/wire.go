@@ -297,14 +297,14 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 			if len(line) == 0 && interim == 0 {
 				return fmt.Errorf("%w: %v", errNothingRead, err)
 			}
-			return fmt.Errorf("reading the driver's status line: %v", err)
+			return fmt.Errorf("reading the driver's status line: %w", err)
 		}
 		// "HTTP/1.1 200 OK"
 		if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) {
 			return fmt.Errorf("the driver's answer is not HTTP: %q", line)
 		}
 		status, err = strconv.Atoi(string(line[9:12]))
-		if err != nil || status < 100 || status > 999 {
+		if err != nil || status < 100 {
 			return fmt.Errorf("the driver's status line is malformed: %q", line)
 		}
 		closeAfter = line[7] == '0' // HTTP/1.0
