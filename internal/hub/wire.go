@@ -59,6 +59,7 @@ type wireConn struct {
 	dead  bool
 	peekB [1]byte
 	br    *bufio.Reader
+	lim   headLimit // under br
 	// req is the request being sent, kept between requests up to
 	// wireKeepReq bytes; send writes it and, on a rawio.Conn, returns once
 	// the answer is there to read (WriteAwaitRead: no read(2) that finds
@@ -107,7 +108,9 @@ func (wr *wire) get(ctx context.Context, host string) (*wireConn, bool, error) {
 		return nil, false, err
 	}
 	c = rawio.Wrap(c) // see the package: a command's reads and writes keep their P
-	wc := &wireConn{c: c, br: bufio.NewReaderSize(c, 4096), req: make([]byte, 0, 512), send: c.Write}
+	wc := &wireConn{c: c, req: make([]byte, 0, 512), send: c.Write}
+	wc.lim = headLimit{r: c, left: -1}
+	wc.br = bufio.NewReaderSize(&wc.lim, 4096)
 	if aw, ok := c.(interface{ WriteAwaitRead([]byte) (int, error) }); ok {
 		wc.send = aw.WriteAwaitRead
 	}
@@ -200,6 +203,39 @@ func (wr *wire) closeIdle(host string) {
 // hub's time.
 const maxInterim = 8
 
+// wireMaxHead bounds an answer's head (status line and headers, interim
+// answers' included) and its trailer section, as http.Transport's
+// MaxResponseHeaderBytes does: a body is streamed, a head is held whole, and a
+// driver that sends one without end must not fill the hub's memory. A
+// driver's real head is well under a kilobyte.
+const wireMaxHead = 1 << 20
+
+// errHeadTooLarge is a head or trailer section past wireMaxHead.
+var errHeadTooLarge = fmt.Errorf("the driver's answer head exceeds %d bytes", wireMaxHead)
+
+// headLimit is the reader under a driver connection's bufio.Reader: while
+// left is positive it counts what is read and fails once it runs out; a
+// negative left reads without a bound (a body, which is streamed).
+type headLimit struct {
+	r    io.Reader
+	left int64
+}
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.left < 0 {
+		return l.r.Read(p)
+	}
+	if l.left == 0 {
+		return 0, errHeadTooLarge
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
+}
+
 // errNothingRead is a request whose connection broke before a byte of the answer
 // arrived; errNotSent one whose connection broke while it was being written,
 // so the driver has no whole request. On a reused connection a request not
@@ -285,6 +321,9 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 	}
 
 	br := c.br
+	// The head is read within wireMaxHead, counted from what the buffer does
+	// not hold yet; the body after it without a bound.
+	c.lim.left = wireMaxHead
 	tp := textproto.NewReader(br)
 	var (
 		status     int
@@ -293,6 +332,9 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 	)
 	for interim := 0; ; interim++ {
 		line, err := br.ReadSlice('\n')
+		if err != nil && c.lim.left == 0 {
+			return errHeadTooLarge
+		}
 		if err != nil {
 			if len(line) == 0 && interim == 0 {
 				return fmt.Errorf("%w: %v", errNothingRead, err)
@@ -309,7 +351,10 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 		}
 		closeAfter = line[7] == '0' // HTTP/1.0
 		if mh, err = tp.ReadMIMEHeader(); err != nil {
-			return fmt.Errorf("reading the driver's headers: %v", err)
+			if c.lim.left == 0 {
+				return errHeadTooLarge // cut off, whatever textproto made of the cut
+			}
+			return fmt.Errorf("reading the driver's headers: %w", err)
 		}
 		if status >= 200 {
 			break
@@ -370,6 +415,7 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 		delete(out, "Content-Length")
 		length = -1
 	}
+	c.lim.left = -1
 	var src io.Reader
 	switch {
 	case method == http.MethodHead || status == http.StatusNoContent || status == http.StatusNotModified:
@@ -386,7 +432,12 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 	n, err := io.CopyBuffer(writerOnly{w}, src, *buf)
 	copyBufs.Put(buf)
 	if err == nil && chunked {
+		c.lim.left = wireMaxHead
 		_, err = tp.ReadMIMEHeader() // the trailer section, ended by an empty line
+		if err != nil && c.lim.left == 0 {
+			err = errHeadTooLarge
+		}
+		c.lim.left = -1
 	}
 	if err != nil || (length >= 0 && n != length) {
 		if cw, ok := w.(*captured); ok {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -434,5 +435,51 @@ func TestWireReadsPastInterimAnswers(t *testing.T) {
 	}
 	if wr.total != 0 {
 		t.Fatalf("%d idle connections kept after broken answers", wr.total)
+	}
+}
+
+// A driver's answer head is bounded (wireMaxHead), as a body is streamed:
+// a header line without end, or headers without end, is an error once the
+// head passes the bound — the hub does not buffer what a hostile driver
+// sends — and the connection is dropped. So is a trailer section without end.
+func TestWireBoundsTheAnswerHead(t *testing.T) {
+	endless := func(start, unit string) func(c net.Conn, _ *http.Request, _ []byte) bool {
+		return func(c net.Conn, _ *http.Request, _ []byte) bool {
+			io.WriteString(c, start)
+			chunk := strings.Repeat(unit, 64<<10/len(unit))
+			for range 256 { // 16 MiB at most, until the hub hangs up
+				if _, err := io.WriteString(c, chunk); err != nil {
+					return false
+				}
+			}
+			return false
+		}
+	}
+	for name, handle := range map[string]func(net.Conn, *http.Request, []byte) bool{
+		"one endless header line": endless("HTTP/1.1 200 OK\r\nX-A: ", "a"),
+		"endless headers":         endless("HTTP/1.1 200 OK\r\n", "X-A: a\r\n"),
+		"endless trailers":        endless("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n", "X-T: a\r\n"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			host, _ := serveRequests(t, handle)
+			wr := newWire()
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			rec, err, aborted := wireDo(t, wr, host, "GET")
+			runtime.ReadMemStats(&after)
+			if !aborted && !errors.Is(err, errHeadTooLarge) {
+				t.Fatalf("an endless head: %v, %d, %d bytes; want %v", err, rec.Code, rec.Body.Len(), errHeadTooLarge)
+			}
+			// Parsing a head of the bound's size allocates several times it
+			// (textproto's map and strings); without the bound, the 16 MiB
+			// the driver sent cost 150–200 MB, and an endless one without end.
+			if grew := after.TotalAlloc - before.TotalAlloc; grew > 32<<20 {
+				t.Fatalf("reading the head allocated %d bytes", grew)
+			}
+			if wr.total != 0 {
+				t.Fatal("the connection was kept")
+			}
+		})
 	}
 }
