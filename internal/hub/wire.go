@@ -236,6 +236,16 @@ func (l *headLimit) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// cut is err, or errHeadTooLarge when the bound ran out: a parser that
+// reaches the end of what it may read says so in its own words (a partial
+// line is "malformed"), and the hub's should be the one told.
+func (l *headLimit) cut(err error) error {
+	if err != nil && l.left == 0 {
+		return errHeadTooLarge
+	}
+	return err
+}
+
 // errNothingRead is a request whose connection broke before a byte of the answer
 // arrived; errNotSent one whose connection broke while it was being written,
 // so the driver has no whole request. On a reused connection a request not
@@ -332,14 +342,11 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 	)
 	for interim := 0; ; interim++ {
 		line, err := br.ReadSlice('\n')
-		if err != nil && c.lim.left == 0 {
-			return errHeadTooLarge
-		}
 		if err != nil {
 			if len(line) == 0 && interim == 0 {
 				return fmt.Errorf("%w: %v", errNothingRead, err)
 			}
-			return fmt.Errorf("reading the driver's status line: %w", err)
+			return fmt.Errorf("reading the driver's status line: %w", c.lim.cut(err))
 		}
 		// "HTTP/1.1 200 OK"
 		if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) {
@@ -351,10 +358,7 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 		}
 		closeAfter = line[7] == '0' // HTTP/1.0
 		if mh, err = tp.ReadMIMEHeader(); err != nil {
-			if c.lim.left == 0 {
-				return errHeadTooLarge // cut off, whatever textproto made of the cut
-			}
-			return fmt.Errorf("reading the driver's headers: %w", err)
+			return fmt.Errorf("reading the driver's headers: %w", c.lim.cut(err))
 		}
 		if status >= 200 {
 			break
@@ -413,7 +417,6 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 		// the hub's server's own: a Content-Length beside them is not the
 		// body's (RFC 9112 §6.3).
 		delete(out, "Content-Length")
-		length = -1
 	}
 	c.lim.left = -1
 	var src io.Reader
@@ -434,9 +437,7 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 	if err == nil && chunked {
 		c.lim.left = wireMaxHead
 		_, err = tp.ReadMIMEHeader() // the trailer section, ended by an empty line
-		if err != nil && c.lim.left == 0 {
-			err = errHeadTooLarge
-		}
+		err = c.lim.cut(err)
 		c.lim.left = -1
 	}
 	if err != nil || (length >= 0 && n != length) {
