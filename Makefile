@@ -64,6 +64,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/auth
 	$(GO) test -run '^$$' -fuzz '^FuzzSessionPath$$' -fuzztime $(FUZZTIME) ./internal/hub
 	$(GO) test -run '^$$' -fuzz '^FuzzLaneHead$$' -fuzztime $(FUZZTIME) ./internal/hub
+	$(GO) test -run '^$$' -fuzz '^FuzzWireAnswer$$' -fuzztime $(FUZZTIME) ./internal/hub
 
 # A short run of every benchmark and scenario, so they can't rot: seconds each,
 # and a 2-minute soak against hostile drivers.

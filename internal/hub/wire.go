@@ -335,11 +335,7 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 	// not hold yet; the body after it without a bound.
 	c.lim.left = wireMaxHead
 	tp := textproto.NewReader(br)
-	var (
-		status     int
-		closeAfter bool
-		mh         textproto.MIMEHeader
-	)
+	var a answerHead
 	for interim := 0; ; interim++ {
 		line, err := br.ReadSlice('\n')
 		if err != nil {
@@ -348,19 +344,19 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 			}
 			return fmt.Errorf("reading the driver's status line: %w", c.lim.cut(err))
 		}
-		// "HTTP/1.1 200 OK"
-		if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.")) {
-			return fmt.Errorf("the driver's answer is not HTTP: %q", line)
+		if err := a.statusLine(line); err != nil {
+			return err
 		}
-		status, err = strconv.Atoi(string(line[9:12]))
-		if err != nil || status < 100 {
-			return fmt.Errorf("the driver's status line is malformed: %q", line)
-		}
-		closeAfter = line[7] == '0' // HTTP/1.0
-		if mh, err = tp.ReadMIMEHeader(); err != nil {
+		mh, err := tp.ReadMIMEHeader()
+		if err != nil {
 			return fmt.Errorf("reading the driver's headers: %w", c.lim.cut(err))
 		}
-		if status >= 200 {
+		// An interim answer's framing is checked as a final one's: a client
+		// that reads answers as Go's does refuses either alike.
+		if err := a.framing(mh); err != nil {
+			return err
+		}
+		if a.status >= 200 {
 			break
 		}
 		// An interim answer (100 Continue, 103 Early Hints) comes before the
@@ -368,43 +364,19 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 		// Continue from the hub's server, if it asked. Relayed, it would end
 		// the client's answer early and leave the real one in the pooled
 		// connection for the next command to read.
-		if status == http.StatusSwitchingProtocols {
+		if a.status == http.StatusSwitchingProtocols {
 			return fmt.Errorf("the driver switched protocols (101) on a command that asked for no upgrade")
 		}
 		if interim == maxInterim {
 			return fmt.Errorf("the driver sent over %d interim (1xx) answers to one command", maxInterim)
 		}
 	}
+	status, length, chunked, closeAfter := a.status, a.length, a.chunked, a.close
 	out := w.Header()
-	var length int64 = -1
-	chunked := false
-	for k, vs := range mh {
-		switch k {
-		case "Content-Length":
-			// One length, or the same one repeated: any other answer frames its
-			// body two ways, and whichever the hub took, the client could read
-			// the other.
-			for _, v := range vs[1:] {
-				if v != vs[0] {
-					return fmt.Errorf("the driver's answer has conflicting Content-Length headers %q", vs)
-				}
-			}
-			n, err := strconv.ParseInt(vs[0], 10, 64)
-			if err != nil || n < 0 {
-				return fmt.Errorf("the driver's answer has a malformed Content-Length %q", vs[0])
-			}
-			length = n
-			vs = vs[:1]
-		case "Transfer-Encoding":
-			chunked = len(vs) > 0 && vs[len(vs)-1] == "chunked"
-			continue
-		case "Connection":
-			for _, v := range vs {
-				for tok := range strings.SplitSeq(v, ",") {
-					if strings.EqualFold(textproto.TrimString(tok), "close") {
-						closeAfter = true
-					}
-				}
+	for k, vs := range a.header {
+		if k == "Content-Length" {
+			if !chunked {
+				out[k] = vs[:1]
 			}
 			continue
 		}
@@ -412,17 +384,11 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 			out[k] = vs
 		}
 	}
-	if chunked {
-		// The chunks frame the body and the client gets it with a framing of
-		// the hub's server's own: a Content-Length beside them is not the
-		// body's (RFC 9112 §6.3).
-		delete(out, "Content-Length")
-	}
 	c.lim.left = -1
 	var src io.Reader
 	switch {
 	case method == http.MethodHead || status == http.StatusNoContent || status == http.StatusNotModified:
-		src, length = http.NoBody, 0
+		src, length, chunked = http.NoBody, 0, false // no body, and so no chunks or trailer to read
 	case chunked:
 		src, length = httputil.NewChunkedReader(br), -1
 	case length >= 0:
@@ -546,4 +512,77 @@ func (wr *wire) call(ctx context.Context, method string, u *url.URL, hdr http.He
 		return nil, err
 	}
 	return c, nil
+}
+
+// answerHead is a driver answer's status line and headers, read as Go's HTTP
+// client reads them (net/http's ReadResponse, whose rules the hub's clients
+// mostly share): an answer either reads the same in both or is refused by the
+// hub, so that a hostile or broken driver cannot frame a body one way for the
+// hub and another for the client behind it (FuzzWireAnswer checks it).
+type answerHead struct {
+	status  int
+	http10  bool
+	close   bool  // the connection ends after this answer
+	length  int64 // -1: not given
+	chunked bool
+	header  textproto.MIMEHeader
+}
+
+// statusLine reads "HTTP/1.1 200 OK\r\n": HTTP/1.x, spaces, a three-digit code
+// of 100 or more, then the line's end or a space and a reason.
+func (a *answerHead) statusLine(line []byte) error {
+	l := bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
+	if len(l) < 9 || !bytes.HasPrefix(l, []byte("HTTP/1.")) || l[7] < '0' || l[7] > '9' || l[8] != ' ' {
+		return fmt.Errorf("the driver's answer is not HTTP/1.x: %q", line)
+	}
+	code := bytes.TrimLeft(l[9:], " ")
+	if i := bytes.IndexByte(code, ' '); i >= 0 {
+		code = code[:i]
+	}
+	if len(code) != 3 || code[0] < '1' || code[0] > '9' || code[1] < '0' || code[1] > '9' || code[2] < '0' || code[2] > '9' {
+		return fmt.Errorf("the driver's status line is malformed: %q", line)
+	}
+	*a = answerHead{status: int(code[0]-'0')*100 + int(code[1]-'0')*10 + int(code[2]-'0'), http10: l[7] == '0', length: -1}
+	a.close = a.http10
+	return nil
+}
+
+// framing reads how the body is framed: one Content-Length (repeated only as
+// itself) or chunked, which alone may be the Transfer-Encoding and which
+// overrides a length beside it; Connection's close token. An HTTP/1.0 answer's
+// Transfer-Encoding is ignored, as Go's client ignores it (the answer ends with
+// its connection).
+func (a *answerHead) framing(mh textproto.MIMEHeader) error {
+	a.header = mh
+	if vs := mh["Content-Length"]; len(vs) > 0 {
+		// Any other answer frames its body two ways, and whichever the hub
+		// took, the client could read the other.
+		for _, v := range vs[1:] {
+			if v != vs[0] {
+				return fmt.Errorf("the driver's answer has conflicting Content-Length headers %q", vs)
+			}
+		}
+		n, err := strconv.ParseUint(vs[0], 10, 63)
+		if err != nil {
+			return fmt.Errorf("the driver's answer has a malformed Content-Length %q", vs[0])
+		}
+		a.length = int64(n)
+	}
+	if vs, ok := mh["Transfer-Encoding"]; ok && !a.http10 {
+		if len(vs) != 1 || !strings.EqualFold(vs[0], "chunked") {
+			return fmt.Errorf("the driver's answer has a Transfer-Encoding other than chunked alone: %q", vs)
+		}
+		// The chunks frame the body, and the client gets it with a framing
+		// of the hub's server's own: a length beside them is not the body's
+		// (RFC 9112 §6.3).
+		a.chunked, a.length = true, -1
+	}
+	for _, v := range mh["Connection"] {
+		for tok := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(textproto.TrimString(tok), "close") {
+				a.close = true
+			}
+		}
+	}
+	return nil
 }
