@@ -34,6 +34,7 @@ func main() {
 	soakFor := flag.Duration("soak", 60*time.Minute, "how long the soak scenario runs (full mode; 2m with -short)")
 	out := flag.String("out", "", "write the JSON results and SVG charts to this directory")
 	churnFor := flag.Duration("churn", time.Minute, "how long each churn run lasts (full mode): the floor and the hub (in four alternating turns), and at 4 clients the hub beside 2,000 sleeping processes")
+	churnCommands := flag.Int("churn-commands", 5, "commands each churn session runs between its create and its DELETE (0 to measure the creation path without the proxied commands' load)")
 	waiters := flag.Int("waiters", 10000, "waiting requests in the waiters scenario (full mode; also run at 1,000 for the hand-off's flatness; 15000 is the moonshot row)")
 	sessions := flag.String("sessions", "1,4,32", "the proxy scenario's session counts (comma-separated; the targets are set at 1, 4 and 32)")
 	flag.Parse()
@@ -46,17 +47,21 @@ func main() {
 		}
 		concs = append(concs, n)
 	}
+	if *churnCommands < 0 || *churnCommands > 1000 {
+		fmt.Fprintf(os.Stderr, "wsbench: -churn-commands %d: want 0 to 1000\n", *churnCommands)
+		os.Exit(2)
+	}
 	// A timeout's SIGTERM winds the run down as ^C does: hubs stopped, the
 	// build directory removed.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *short, *only, *out, *churnFor, *waiters, *soakFor, concs); err != nil {
+	if err := run(ctx, *short, *only, *out, *churnFor, *churnCommands, *waiters, *soakFor, concs); err != nil {
 		fmt.Fprintln(os.Stderr, "wsbench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, short bool, only, out string, churnFor time.Duration, waiters int, soakFor time.Duration, concs []int) error {
+func run(ctx context.Context, short bool, only, out string, churnFor time.Duration, churnCommands, waiters int, soakFor time.Duration, concs []int) error {
 	dir, err := os.MkdirTemp("", "wsbench")
 	if err != nil {
 		return err
@@ -113,7 +118,7 @@ func run(ctx context.Context, short bool, only, out string, churnFor time.Durati
 			d = 3 * time.Second
 		}
 		for _, c := range []int{4, 32} {
-			if err := keep(env.Churn(ctx, c, 5, d)); err != nil {
+			if err := keep(env.Churn(ctx, c, churnCommands, d)); err != nil {
 				return err
 			}
 		}
