@@ -3,13 +3,17 @@ package hub
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/websummoner/websummoner/internal/httpserver"
 )
 
 // goAnswer is what Go's HTTP client makes of a driver's answer to a method:
@@ -183,6 +187,15 @@ func TestWireReadsAnswersAsGoReadsThem(t *testing.T) {
 			check(t, []byte(seed), fuzzMethod(m))
 		}
 	}
+	rng := rand.New(rand.NewPCG(14, 3000))
+	for _, a := range genAnswers(rng, 3000) {
+		check(t, []byte(a), fuzzMethod(byte(rng.IntN(4))))
+	}
+}
+
+// genAnswers puts n driver answers together from parts where parsers differ:
+// interim answers, status lines, framing headers and bodies, at random.
+func genAnswers(rng *rand.Rand, n int) []string {
 	statuses := []string{"HTTP/1.1 200 OK", "HTTP/1.0 200 OK", "HTTP/1.1 404 Not Found", "HTTP/1.1 204 No Content",
 		"HTTP/1.1 304 Not Modified", "HTTP/1.1 500", "HTTP/1.1 200 ", "HTTP/1.1 200\r", "HTTP/1.1 2000 OK", "HTTP/1.1 20 X",
 		"HTTP/1.2 200 OK", "HTTP/1.x 200 OK", "HTTP/2.0 200 OK", "HTTP/1.1 -20 X", "HTTP/1.1 099 X", "HTTP/1.1 101 X"}
@@ -194,9 +207,9 @@ func TestWireReadsAnswersAsGoReadsThem(t *testing.T) {
 		"Connection: close", "Connection: keep-alive", "X-Other: 1", "Trailer: X-T"}
 	bodies := []string{"", "{}", "{}xyz", "2\r\n{}\r\n0\r\n\r\n", "2\r\n{}\r\n0\r\nX-T: 1\r\n\r\n", "2\r\n{}\r\n0\r\n",
 		"2\r\n{}\r\n0\r\n\n", "z\r\n{}\r\n0\r\n\r\n", "2\r\n{}", "1\r\n{\r\n1\r\n}\r\n0\r\n\r\n"}
-	rng := rand.New(rand.NewPCG(14, 3000))
 	pick := func(s []string) string { return s[rng.IntN(len(s))] }
-	for range 3000 {
+	var out []string
+	for range n {
 		var b strings.Builder
 		for range rng.IntN(3) {
 			b.WriteString(pick(interims))
@@ -206,6 +219,56 @@ func TestWireReadsAnswersAsGoReadsThem(t *testing.T) {
 			b.WriteString(pick(framing) + "\r\n")
 		}
 		b.WriteString("\r\n" + pick(bodies))
-		check(t, []byte(b.String()), fuzzMethod(byte(rng.IntN(4))))
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// What a client reads through the hub of a driver's answer is what Go's
+// client reads of that answer straight from the driver, or the hub's 502, or
+// an answer cut off with its connection closed — through Go's server (a
+// connection's first command) and through a lane (its next ones) alike; and a
+// connection the hub keeps open is in step: its next command gets its own
+// answer. Answers: FuzzWireAnswer's seeds and 400 put together at random.
+func TestHubRelaysAnswersAsGoReadsThem(t *testing.T) {
+	lf, _ := newLaneFixture(t, httpserver.Options{})
+	s := "/session/" + lf.id
+	answers := append([]string(nil), wireAnswerSeeds...)
+	answers = append(answers, genAnswers(rand.New(rand.NewPCG(14, 400)), 400)...)
+	for i, raw := range answers {
+		for _, viaLane := range []bool{false, true} {
+			rc := lf.dial(t)
+			if viaLane {
+				rc.send(headGet(s + "/title"))
+				rc.answer()
+			}
+			rc.send(headGet(s + "/title?raw=" + url.QueryEscape(raw)))
+			status, body, ok, stricter, loose := goAnswer([]byte(raw), http.MethodGet)
+			resp, err := http.ReadResponse(rc.br, &http.Request{Method: http.MethodGet})
+			var got []byte
+			if err == nil {
+				got, err = io.ReadAll(resp.Body)
+			}
+			whole := err == nil
+			where := fmt.Sprintf("answer %d %q (lane %v)", i, raw, viaLane)
+			switch {
+			case loose:
+			case whole && ok && !stricter:
+				if resp.StatusCode != status || !bytes.Equal(got, body) {
+					t.Errorf("%s: the client reads %d %q; Go's client reads the driver's %d %q", where, resp.StatusCode, got, status, body)
+				}
+			case whole && resp.StatusCode != http.StatusBadGateway:
+				t.Errorf("%s: the client reads %d %q; Go's client refuses the driver's answer (or the hub may), so a 502 or a cut-off answer", where, resp.StatusCode, got)
+			case !whole && ok && !stricter:
+				t.Errorf("%s: the client's answer broke off (%v); Go's client reads the driver's %d %q", where, err, status, body)
+			}
+			if !whole || resp.Close {
+				continue // the connection is to end
+			}
+			rc.send(headGet(s + "/title"))
+			if next, b := rc.answer(); next.StatusCode != 200 || b != `{"value":"wdstub"}`+"\n" {
+				t.Errorf("%s: the next command on the connection gets %d %q", where, next.StatusCode, b)
+			}
+		}
 	}
 }
