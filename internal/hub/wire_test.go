@@ -40,7 +40,7 @@ func rawDriver(t *testing.T, answers []string, closeAfter []bool) (string, *atom
 // opens and gives each, with its body, to handle, which answers on c and says
 // whether the connection goes on. It returns the listener's address and a
 // count of the connections accepted.
-func serveRequests(t *testing.T, handle func(c net.Conn, req *http.Request, body []byte) bool) (string, *atomic.Int32) {
+func serveRequests(t testing.TB, handle func(c net.Conn, req *http.Request, body []byte) bool) (string, *atomic.Int32) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -61,27 +61,10 @@ func goAnswer(in []byte, method string) (status int, body []byte, ok, stricter, 
 // Go's client reads.
 func wireOracle(tb testing.TB) func(t *testing.T, answer []byte, method string) {
 	var next atomic.Pointer[[]byte]
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
-					return
-				}
-				c.Write(*next.Load())
-			}()
-		}
-	}()
-	host := ln.Addr().String()
+	host, _ := serveRequests(tb, func(c net.Conn, _ *http.Request, _ []byte) bool {
+		c.Write(*next.Load())
+		return false
+	})
 	return func(t *testing.T, answer []byte, method string) {
 		t.Helper()
 		next.Store(&answer)
