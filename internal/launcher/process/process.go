@@ -278,7 +278,7 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	if err == nil {
 		cerr := wc.Control(func(fd uintptr) {
 			req.out = int(fd)
-			inst.pid, err = l.spawn.start(req)
+			inst.pid, err = l.spawn.fork(req)
 		})
 		if err == nil {
 			err = cerr

@@ -1,13 +1,16 @@
 package process
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -22,9 +25,22 @@ import (
 //
 // The thread lives as long as the launcher: a driver's parent is this thread,
 // and a driver gets SIGKILL (Pdeathsig) when its parent thread ends.
+//
+// While the hub's own table is small the hand-off to that thread costs more
+// than the copy it saves, and fork starts the driver from the calling thread
+// instead (see fork).
 type spawner struct {
 	reqs chan *spawnReq
 	once sync.Once // stop runs from its caller and again from the launcher's cleanup
+
+	// directMax is the largest table of the hub's (FDSize) that fork forks
+	// from directly; big is set once the table has been larger, which it
+	// then stays: the kernel never shrinks a descriptor table.
+	directMax int
+	big       atomic.Bool
+	// null is /dev/null in the hub's table, a direct fork's standard input.
+	null int
+	tid  int // the thread's, for tests: its children are /proc/self/task/tid/children
 }
 
 // spawnReq is one driver start, answered by closing done.
@@ -41,18 +57,39 @@ type spawnReq struct {
 // System calls Go's syscall package has no wrapper for; numbers shared by
 // every Linux architecture since 5.x.
 const (
-	sysPidfdOpen  = 434
-	sysPidfdGetfd = 438
+	sysPidfdOpen   = 434
+	sysCloseRange  = 436
+	sysPidfdGetfd  = 438
+	closeRangeExec = 1 << 2 // CLOSE_RANGE_CLOEXEC
 )
+
+// closeOnExecInherited marks every descriptor above the standard streams
+// close-on-exec: Go opens its own so, but one the hub inherited from whatever
+// started it (a CI runner's pipe, a shell's descriptor) would otherwise pass
+// to every driver a direct fork starts. Linux 5.11 and later.
+func closeOnExecInherited() error {
+	if _, _, errno := syscall.Syscall(sysCloseRange, 3, math.MaxUint32, closeRangeExec); errno != 0 {
+		return fmt.Errorf("close_range(CLOSE_RANGE_CLOEXEC): %w", errno)
+	}
+	return nil
+}
 
 // newSpawner starts the spawner's thread; an error says why it could not (an
 // old kernel, a seccomp profile refusing unshare), and the launcher then forks
 // from whichever thread starts a driver, as before.
 func newSpawner() (*spawner, error) {
-	s := &spawner{reqs: make(chan *spawnReq)}
+	null, err := syscall.Open(os.DevNull, syscall.O_RDWR|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	s := &spawner{reqs: make(chan *spawnReq), directMax: directForkTable, null: null}
+	if err := closeOnExecInherited(); err != nil {
+		s.directMax = -1 // a direct fork could pass the inherited ones on: never fork directly
+	}
 	ready := make(chan error, 1)
 	go s.run(ready, nil)
 	if err := <-ready; err != nil {
+		syscall.Close(null)
 		return nil, err
 	}
 	// The first driver must not be the one to find that a descriptor of the
@@ -81,8 +118,14 @@ func newSpawner() (*spawner, error) {
 }
 
 // stop ends the spawner's thread; drivers it started and that still run get
-// SIGKILL from the kernel.
-func (s *spawner) stop() { s.once.Do(func() { close(s.reqs) }) }
+// SIGKILL from the kernel. Drivers fork started from the hub's own threads
+// get it when the hub exits.
+func (s *spawner) stop() {
+	s.once.Do(func() {
+		close(s.reqs)
+		syscall.Close(s.null)
+	})
+}
 
 func (s *spawner) run(ready chan<- error, started chan<- struct{}) {
 	// Never unlocked: when this goroutine returns the runtime ends the thread,
@@ -109,6 +152,7 @@ func (s *spawner) run(ready chan<- error, started chan<- struct{}) {
 		ready <- err
 		return
 	}
+	s.tid = syscall.Gettid()
 	ready <- nil
 	for r := range s.reqs {
 		r.pid, r.err = spawnFrom(self, devnull, r)
@@ -200,6 +244,75 @@ func forkExec(r *spawnReq, stdin, out int) (int, error) {
 		Files: []uintptr{uintptr(stdin), uintptr(out), uintptr(out)},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 	})
+}
+
+// directForkTable is the descriptor table (FDSize) up to which fork forks
+// from the calling thread. A fork's copy costs about 0.1 µs a descriptor
+// (BenchmarkExecWithOpenDescriptors: 2,000 open, +0.19 ms); the two
+// hand-offs to the spawner's thread and back cost 70 µs on an idle machine
+// and 0.25-0.5 ms a start of a 4-client churn, where the starting goroutine
+// and the locked thread wait for each other's CPU (docs/benchmarks.md).
+const directForkTable = 1024
+
+// fork starts r the cheaper way for the hub's table now: from the calling
+// thread while it is small, from the spawner's thread once it is not (a hub
+// holding thousands of connections, for good: the table never shrinks).
+func (s *spawner) fork(r *spawnReq) (int, error) {
+	if s == nil || r.probe != nil {
+		return s.start(r)
+	}
+	if !s.big.Load() {
+		if tableSize() <= s.directMax {
+			return forkExec(r, s.null, r.out)
+		}
+		s.big.Store(true)
+	}
+	return s.start(r)
+}
+
+// tableSize is the size of the process's descriptor table (FDSize in
+// /proc/self/status: what a fork copies at most), or MaxInt when it cannot
+// be read. One read of a small file: 15 µs.
+func tableSize() int {
+	var buf [2048]byte
+	fd, err := syscall.Open("/proc/self/status", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return math.MaxInt
+	}
+	n, err := readAll(fd, buf[:])
+	syscall.Close(fd)
+	if err != nil {
+		return math.MaxInt
+	}
+	_, rest, ok := bytes.Cut(buf[:n], []byte("\nFDSize:"))
+	if !ok {
+		return math.MaxInt
+	}
+	line, _, _ := bytes.Cut(rest, []byte("\n"))
+	size, err := strconv.Atoi(string(bytes.TrimSpace(line)))
+	if err != nil || size < 0 {
+		return math.MaxInt
+	}
+	return size
+}
+
+// readAll reads fd into buf until the end or buf is full.
+func readAll(fd int, buf []byte) (int, error) {
+	n := 0
+	for n < len(buf) {
+		m, err := syscall.Read(fd, buf[n:])
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return n, nil
 }
 
 // start runs r from the spawner's thread, or from this one without a spawner.

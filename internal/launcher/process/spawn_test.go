@@ -2,6 +2,7 @@ package process
 
 import (
 	"errors"
+	"math"
 	"net"
 	"os"
 	"slices"
@@ -164,4 +165,136 @@ func threads(t *testing.T) int {
 	}
 	t.Fatal("no Threads: in /proc/self/status")
 	return 0
+}
+
+// While the hub's table is small, fork starts a driver from the calling
+// thread, not the spawner's, with the same result: its standard streams
+// only (none the hub inherited either), its output where asked, a process
+// group of its own.
+func TestForkDirectWhileTheTableIsSmall(t *testing.T) {
+	// A descriptor as the hub may inherit one from what started it: not
+	// close-on-exec (dup's copy never is).
+	inherited, err := syscall.Dup(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(inherited)
+	s, err := newSpawner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.stop()
+	s.directMax = math.MaxInt
+	out, err := os.Create(t.TempDir() + "/out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a socket of the hub's the driver must not get
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pid, err := s.fork(&spawnReq{path: "/bin/sleep", argv: []string{"sleep", "30"}, out: int(out.Fd())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { syscall.Kill(pid, syscall.SIGKILL); waitPid(pid) }()
+	if slices.Contains(spawnerChildren(t, s), pid) {
+		t.Fatalf("driver %d was forked by the spawner's thread; with a small table it should come from the caller's", pid)
+	}
+	if fds := descriptors(t, pid); !slices.Equal(fds, []string{"0", "1", "2"}) {
+		var what []string
+		for _, fd := range fds {
+			target, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + fd)
+			what = append(what, fd+" → "+target)
+		}
+		t.Fatalf("the driver has descriptors %v, want 0 1 2", what)
+	}
+	if target, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/1"); target != out.Name() {
+		t.Fatalf("the driver's output goes to %q, want %q", target, out.Name())
+	}
+	if target, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/0"); target != os.DevNull {
+		t.Fatalf("the driver's input is %q, want %s", target, os.DevNull)
+	}
+	if pgid, _ := syscall.Getpgid(pid); pgid != pid {
+		t.Fatalf("the driver's process group is %d, want its own (%d)", pgid, pid)
+	}
+	_, err = s.fork(&spawnReq{path: "/nonexistent/driver", argv: []string{"driver"}, out: 2})
+	if !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("starting a missing program: %v, want ENOENT", err)
+	}
+}
+
+// Once the hub's table is large (thousands of waiting clients' connections),
+// fork hands starts to the spawner's thread, and keeps doing so after the
+// descriptors are closed: the table does not shrink.
+func TestForkUsesTheSpawnerOnceTheTableIsLarge(t *testing.T) {
+	s, err := newSpawner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.stop()
+	before := tableSize()
+	if before == math.MaxInt {
+		t.Fatal("tableSize cannot read FDSize from /proc/self/status")
+	}
+	var files []*os.File
+	for len(files) < 2*directForkTable {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Skipf("%d descriptors: %v (the open-file limit)", len(files), err)
+		}
+		files = append(files, r, w)
+	}
+	if size := tableSize(); size < len(files) || size <= directForkTable {
+		t.Fatalf("tableSize() = %d with %d descriptors open (before: %d)", size, len(files), before)
+	}
+	start := func() int {
+		pid, err := s.fork(&spawnReq{path: "/bin/sleep", argv: []string{"sleep", "30"}, out: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL); waitPid(pid) })
+		return pid
+	}
+	if pid := start(); !slices.Contains(spawnerChildren(t, s), pid) {
+		t.Fatalf("with a table of %d, driver %d was not forked by the spawner's thread", tableSize(), pid)
+	}
+	for _, f := range files {
+		f.Close()
+	}
+	if pid := start(); !slices.Contains(spawnerChildren(t, s), pid) {
+		t.Fatalf("after the descriptors closed (the table still %d), driver %d was not forked by the spawner's thread", tableSize(), pid)
+	}
+	if fds := descriptors(t, start()); !slices.Equal(fds, []string{"0", "1", "2"}) {
+		t.Fatalf("a driver from the spawner has descriptors %v, want 0 1 2", fds)
+	}
+}
+
+// spawnerChildren are the processes the spawner's thread forked.
+func spawnerChildren(t *testing.T, s *spawner) []int {
+	data, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(s.tid) + "/children")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(data)) {
+		if p, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, p)
+		}
+	}
+	return pids
+}
+
+func descriptors(t *testing.T, pid int) []string {
+	ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fds []string
+	for _, e := range ents {
+		fds = append(fds, e.Name())
+	}
+	return fds
 }
