@@ -54,6 +54,12 @@ func (h *Hub) runLane(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lw := &laneWriter{l: l, hdr: http.Header{}}
+	// One context and one stand-in request for the lane's whole life, not
+	// one a command: a client that hangs up cancels the context, and the
+	// lane ends after that command, so a cancelled one is never used again.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lc := &laneCall{ctx: ctx, cancel: cancel, r: (&http.Request{URL: &url.URL{}}).WithContext(ctx)}
 	defer func() {
 		if v := recover(); v != nil && v != http.ErrAbortHandler {
 			logtag.Event(h.log, slog.LevelError, "", "LANE_PANIC", fmt.Sprint(v), "the client's connection is closed")
@@ -85,7 +91,7 @@ func (h *Hub) runLane(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		lw.reset()
-		if !h.laneCommand(l, lw, &hd, body) || hd.close {
+		if !h.laneCommand(l, lw, lc, &hd, body) || hd.close {
 			// Closed after this answer, at once: not after the client's next
 			// request, which would then be lost.
 			if out := lw.finish(); out != nil {
@@ -323,9 +329,19 @@ func asciiEqualFold(b []byte, s string) bool {
 	return true
 }
 
+// laneCall is what a lane's commands share: the context a hang-up cancels,
+// and r, which stands for the command where the hub's shared code wants a
+// request (the session lookup's and the error's messages; authentication is
+// off on a lane), its method and path set afresh for each command.
+type laneCall struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	r      *http.Request
+}
+
 // laneCommand serves one parsed command into lw; false when the connection
 // is to close after the answer (the client left, the answer broke off).
-func (h *Hub) laneCommand(l *httpserver.Lane, lw *laneWriter, hd *laneHead, body []byte) bool {
+func (h *Hub) laneCommand(l *httpserver.Lane, lw *laneWriter, lc *laneCall, hd *laneHead, body []byte) bool {
 	h.requests.Add(1)
 	h.laneCommands.Add(1)
 	escPath, rawQuery, _ := strings.Cut(hd.target, "?")
@@ -336,12 +352,8 @@ func (h *Hub) laneCommand(l *httpserver.Lane, lw *laneWriter, hd *laneHead, body
 			id = u
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	// r stands for the request where the hub's shared code wants one (the
-	// session lookup's and the error's messages); authentication is off here.
-	r := &http.Request{Method: hd.method, URL: &url.URL{Path: escPath, RawQuery: rawQuery}}
-	r = r.WithContext(ctx)
+	ctx, r := lc.ctx, lc.r
+	r.Method, r.URL.Path, r.URL.RawQuery = hd.method, escPath, rawQuery
 	s, ok := h.beginID(lw, r, id)
 	if !ok {
 		return true
@@ -364,7 +376,7 @@ func (h *Hub) laneCommand(l *httpserver.Lane, lw *laneWriter, hd *laneHead, body
 	if hd.method == http.MethodPost && body == nil {
 		body = []byte{}
 	}
-	l.Watch(cancel)
+	l.Watch(lc.cancel)
 	err := h.wire.do(ctx, lw, hd.method, base.Host, uri, nil, hd.headers, body)
 	l.Unwatch() // not on a panic: Close stops the watch then
 	if err != nil {

@@ -65,6 +65,8 @@ type wireConn struct {
 	// the answer is there to read (WriteAwaitRead: no read(2) that finds
 	// nothing first).
 	req   []byte
+	body  io.LimitedReader // an answer's body of declared length, under br
+	abort func()           // ends a blocked read or write: the client left
 	send  func([]byte) (int, error)
 	since time.Time // idle since
 }
@@ -90,11 +92,10 @@ func (wr *wire) get(ctx context.Context, host string) (*wireConn, bool, error) {
 		}
 		c := list[len(list)-1]
 		list[len(list)-1] = nil
-		if len(list) == 1 {
-			delete(wr.idle, host)
-		} else {
-			wr.idle[host] = list[:len(list)-1]
-		}
+		// An emptied list is kept for the connection's return (put) to
+		// reuse; a connection closed instead drops it (dropEmpty), and
+		// closeIdle does when the driver goes.
+		wr.idle[host] = list[:len(list)-1]
 		wr.total--
 		wr.mu.Unlock()
 		if c.closedByDriver() {
@@ -109,6 +110,7 @@ func (wr *wire) get(ctx context.Context, host string) (*wireConn, bool, error) {
 	}
 	c = rawio.Wrap(c) // see the package: a command's reads and writes keep their P
 	wc := &wireConn{c: c, req: make([]byte, 0, 512), send: c.Write}
+	wc.abort = func() { _ = c.SetDeadline(time.Unix(1, 0)) } // made once, not a command
 	wc.lim = headLimit{r: c, left: -1}
 	wc.br = bufio.NewReaderSize(&wc.lim, 4096)
 	if aw, ok := c.(interface{ WriteAwaitRead([]byte) (int, error) }); ok {
@@ -184,6 +186,17 @@ func (wr *wire) put(host string, c *wireConn) {
 	for _, d := range drop {
 		d.c.Close()
 	}
+}
+
+// dropEmpty forgets host's list if it is empty: get leaves an emptied one
+// for put to reuse, and a connection closed instead of put back must not
+// leave it behind.
+func (wr *wire) dropEmpty(host string) {
+	wr.mu.Lock()
+	if list, ok := wr.idle[host]; ok && len(list) == 0 {
+		delete(wr.idle, host)
+	}
+	wr.mu.Unlock()
 }
 
 // closeIdle drops the idle connections to host (its driver is gone).
@@ -282,11 +295,12 @@ func (wr *wire) do(ctx context.Context, w http.ResponseWriter, method, host, uri
 }
 
 func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWriter, method, host, uri string, hdr http.Header, raw, body []byte) (err error) {
-	stop := context.AfterFunc(ctx, func() { _ = c.c.SetDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, c.abort)
 	keep := false
 	defer func() {
 		if !stop() || !keep {
 			c.c.Close()
+			wr.dropEmpty(host)
 			return
 		}
 		wr.put(host, c)
@@ -392,13 +406,18 @@ func (wr *wire) roundTrip(ctx context.Context, c *wireConn, w http.ResponseWrite
 	case chunked:
 		src, length = httputil.NewChunkedReader(br), -1
 	case length >= 0:
-		src = io.LimitReader(br, length)
+		c.body = io.LimitedReader{R: br, N: length}
+		src = &c.body
 	default:
 		src, closeAfter = br, true // the answer ends when the driver closes
 	}
 	w.WriteHeader(status)
+	var dst io.Writer = w
+	if _, ok := w.(io.ReaderFrom); ok {
+		dst = writerOnly{w} // the copy uses the pooled buffer, not one of its own
+	}
 	buf := copyBufs.Get().(*[]byte)
-	n, err := io.CopyBuffer(writerOnly{w}, src, *buf)
+	n, err := io.CopyBuffer(dst, src, *buf)
 	copyBufs.Put(buf)
 	if err == nil && chunked {
 		c.lim.left = wireMaxHead

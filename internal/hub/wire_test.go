@@ -136,6 +136,9 @@ func TestWire(t *testing.T) {
 	if wr.total != 0 {
 		t.Fatalf("%d idle connections kept after closes", wr.total)
 	}
+	if len(wr.idle) != 0 {
+		t.Fatalf("the pool still lists %d hosts after their connections closed: %v", len(wr.idle), wr.idle)
+	}
 }
 
 // An idle connection the driver closed meanwhile (here: right after its first
