@@ -293,6 +293,42 @@ func cpuSeconds(pid int) float64 {
 	return (ut + st) / 100 // USER_HZ
 }
 
+// childrenCPU is the user+system CPU time of pid's children that it has
+// reaped (cutime and cstime).
+func childrenCPU(pid int) float64 {
+	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+2:])
+	if len(f) < 15 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[13], 64)
+	st, _ := strconv.ParseFloat(f[14], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
+// machineCPU is the CPU time the whole machine has spent busy, every CPU's
+// and the kernel's: /proc/stat's first line less idle, iowait and steal
+// (another guest's time on this VM's CPUs).
+func machineCPU() float64 {
+	data, _ := os.ReadFile("/proc/stat")
+	line, _, _ := strings.Cut(string(data), "\n")
+	f := strings.Fields(line)
+	t := 0.0
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 || i >= 7 { // idle, iowait; steal; guest time, counted in user already
+			continue
+		}
+		x, _ := strconv.ParseFloat(v, 64)
+		t += x
+	}
+	return t / 100 // USER_HZ
+}
+
 // hubDrivers lists the driver processes a local-driver hub has started: its
 // children, of whichever of its threads forked them.
 func hubDrivers(hub int) []int {

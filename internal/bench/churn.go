@@ -27,7 +27,31 @@ type churnRun struct {
 	elapsed            time.Duration
 	creates, deletes   []time.Duration
 	errs               map[string]int
-	cpuSeconds, rssEnd float64
+	cpuSeconds, rssEnd float64 // the hub's
+	// Where the machine's CPU went in the run (seconds): all of it (every
+	// process and the kernel), the load tool's own, and the stub drivers'
+	// (reaped: the children's time of whoever reaped them, the tool in the
+	// floor, the hub through it).
+	machine, tool, stubs float64
+}
+
+// cpuShares are a run's CPU figures, read at its start and end.
+type cpuShares struct{ machine, tool, stubs float64 }
+
+// readShares reads them now; reaper is the process that reaps the stubs.
+func readShares(reaper int) cpuShares {
+	return cpuShares{machineCPU(), cpuSeconds(os.Getpid()), childrenCPU(reaper)}
+}
+
+// since puts what was used from s0 to now into run.
+func (run *churnRun) since(s0 cpuShares, reaper int) {
+	s := readShares(reaper)
+	run.machine, run.tool, run.stubs = s.machine-s0.machine, s.tool-s0.tool, s.stubs-s0.stubs
+}
+
+// perSession is seconds of a run as milliseconds a session.
+func (c churnRun) perSession(seconds float64) float64 {
+	return seconds * 1000 / float64(max(c.sessions, 1))
 }
 
 func (c churnRun) perSecond() float64 { return float64(c.sessions) / c.elapsed.Seconds() }
@@ -45,6 +69,9 @@ func (c churnRun) add(o churnRun) churnRun {
 		c.errs[k] += v
 	}
 	c.cpuSeconds += o.cpuSeconds
+	c.machine += o.machine
+	c.tool += o.tool
+	c.stubs += o.stubs
 	c.rssEnd = o.rssEnd
 	sortDurations(c.creates)
 	sortDurations(c.deletes)
@@ -112,13 +139,17 @@ func churnSession(ctx context.Context, w wd, base string, k int, s time.Time, fa
 // A create is timed from asking for the slot, as a hub's client times it: a
 // stub still being reaped delays the next create in both when the slots are
 // all taken, and in neither when they are not.
-func (e *Env) floorChurn(ctx context.Context, c, limit, k int, d time.Duration) churnRun {
+func (e *Env) floorChurn(ctx context.Context, c, limit, k int, d time.Duration) (run churnRun) {
 	ready := launcher.Options{}.ReadyClient()
 	var diag process.SockDiag
 	defer diag.Close()
 	slots := make(chan struct{}, limit)
 	var reaping sync.WaitGroup
-	defer reaping.Wait()
+	s0 := readShares(os.Getpid())
+	defer func() {
+		reaping.Wait() // the last stubs' time is the tool's children's once reaped
+		run.since(s0, os.Getpid())
+	}()
 	return churnLoop(ctx, c, d, func(w wd, fail func(string)) (time.Duration, time.Duration, bool) {
 		s := time.Now()
 		slots <- struct{}{}
@@ -174,10 +205,11 @@ func (e *Env) floorChurn(ctx context.Context, c, limit, k int, d time.Duration) 
 
 // hubChurn is the same loop through the hub.
 func hubChurn(ctx context.Context, hub *proc, c, k int, d time.Duration) churnRun {
-	cpu0 := cpuSeconds(hub.pid())
+	cpu0, s0 := cpuSeconds(hub.pid()), readShares(hub.pid())
 	run := churnLoop(ctx, c, d, func(w wd, fail func(string)) (time.Duration, time.Duration, bool) {
 		return churnSession(ctx, w, hub.url+"/wd/hub", k, time.Now(), fail)
 	})
+	run.since(s0, hub.pid())
 	run.cpuSeconds = cpuSeconds(hub.pid()) - cpu0
 	run.rssEnd = rss(hub.pid())
 	return run

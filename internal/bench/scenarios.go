@@ -320,6 +320,15 @@ func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, er
 		// How much a turn's figure moves tells how far to trust the whole.
 		r.Notes = append(r.Notes, fmt.Sprintf("create p50 ms by turn, floor/hub: %s", strings.Join(turns, ", ")))
 	}
+	// The machine's CPU a session on each path, and whose it was: the
+	// hub's path costs the machine what its extra process and hop cost, and
+	// the creates of the other clients wait for that CPU.
+	r.Notes = append(r.Notes, fmt.Sprintf("CPU ms a session, floor: machine %.2f (load tool %.2f, stubs %.2f); hub: machine %.2f (load tool %.2f, hub %.2f, stubs %.2f)",
+		floor.perSession(floor.machine), floor.perSession(floor.tool), floor.perSession(floor.stubs),
+		run.perSession(run.machine), run.perSession(run.tool), run.perSession(run.cpuSeconds), run.perSession(run.stubs)))
+	r.Figures["floor_machine_cpu_ms"], r.Figures["machine_cpu_ms"] = floor.perSession(floor.machine), run.perSession(run.machine)
+	r.Figures["floor_tool_cpu_ms"], r.Figures["tool_cpu_ms"] = floor.perSession(floor.tool), run.perSession(run.tool)
+	r.Figures["floor_stub_cpu_ms"], r.Figures["stub_cpu_ms"] = floor.perSession(floor.stubs), run.perSession(run.stubs)
 	row("floor (load tool spawns the stub)", floor, "")
 	row("hub", run, fmt.Sprintf("%.2f", run.cpuSeconds/n*1000))
 	r.targetMin(fmt.Sprintf("hub sessions/s over the floor's at %d clients", c), run.perSecond()/floor.perSecond(), 0.85, "×")
