@@ -277,25 +277,16 @@ func rss(pid int) float64 {
 }
 
 // cpuSeconds is the process's user+system CPU time.
-func cpuSeconds(pid int) float64 {
-	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+2:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ
-}
+func cpuSeconds(pid int) float64 { return statCPU(pid, 11) }
 
 // childrenCPU is the user+system CPU time of pid's children that it has
 // reaped (cutime and cstime).
-func childrenCPU(pid int) float64 {
+func childrenCPU(pid int) float64 { return statCPU(pid, 13) }
+
+// statCPU is the sum of two clock-tick fields of /proc/pid/stat, the one at
+// field (counted from the field after the command's closing parenthesis) and
+// the next, in seconds.
+func statCPU(pid, field int) float64 {
 	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	s := string(data)
 	i := strings.LastIndexByte(s, ')')
@@ -303,12 +294,12 @@ func childrenCPU(pid int) float64 {
 		return 0
 	}
 	f := strings.Fields(s[i+2:])
-	if len(f) < 15 {
+	if len(f) < field+2 {
 		return 0
 	}
-	ut, _ := strconv.ParseFloat(f[13], 64)
-	st, _ := strconv.ParseFloat(f[14], 64)
-	return (ut + st) / 100 // USER_HZ
+	a, _ := strconv.ParseFloat(f[field], 64)
+	b, _ := strconv.ParseFloat(f[field+1], 64)
+	return (a + b) / 100 // USER_HZ
 }
 
 // machineCPU is the CPU time the whole machine has spent busy, every CPU's

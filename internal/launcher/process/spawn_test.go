@@ -49,24 +49,7 @@ func TestSpawnerHoldsNoneOfTheHubsFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { syscall.Kill(pid, syscall.SIGKILL); waitPid(pid) }()
-	ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fds []string
-	for _, e := range ents {
-		fds = append(fds, e.Name())
-	}
-	if !slices.Equal(fds, []string{"0", "1", "2"}) {
-		t.Fatalf("the driver has descriptors %v, want 0 1 2", fds)
-	}
-	// Its output goes where the hub asked, its process group is its own.
-	if target, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/1"); target != out.Name() {
-		t.Fatalf("the driver's output goes to %q, want %q", target, out.Name())
-	}
-	if pgid, _ := syscall.Getpgid(pid); pgid != pid {
-		t.Fatalf("the driver's process group is %d, want its own (%d)", pgid, pid)
-	}
+	checkDriverProcess(t, pid, out.Name())
 }
 
 // A driver's parent is the spawner's thread: the thread ends only with its
@@ -203,23 +186,7 @@ func TestForkDirectWhileTheTableIsSmall(t *testing.T) {
 	if slices.Contains(spawnerChildren(t, s), pid) {
 		t.Fatalf("driver %d was forked by the spawner's thread; with a small table it should come from the caller's", pid)
 	}
-	if fds := descriptors(t, pid); !slices.Equal(fds, []string{"0", "1", "2"}) {
-		var what []string
-		for _, fd := range fds {
-			target, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + fd)
-			what = append(what, fd+" → "+target)
-		}
-		t.Fatalf("the driver has descriptors %v, want 0 1 2", what)
-	}
-	if target, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/1"); target != out.Name() {
-		t.Fatalf("the driver's output goes to %q, want %q", target, out.Name())
-	}
-	if target, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/0"); target != os.DevNull {
-		t.Fatalf("the driver's input is %q, want %s", target, os.DevNull)
-	}
-	if pgid, _ := syscall.Getpgid(pid); pgid != pid {
-		t.Fatalf("the driver's process group is %d, want its own (%d)", pgid, pid)
-	}
+	checkDriverProcess(t, pid, out.Name())
 	_, err = s.fork(&spawnReq{path: "/nonexistent/driver", argv: []string{"driver"}, out: 2})
 	if !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("starting a missing program: %v, want ENOENT", err)
@@ -269,6 +236,30 @@ func TestForkUsesTheSpawnerOnceTheTableIsLarge(t *testing.T) {
 	}
 	if fds := descriptors(t, start()); !slices.Equal(fds, []string{"0", "1", "2"}) {
 		t.Fatalf("a driver from the spawner has descriptors %v, want 0 1 2", fds)
+	}
+}
+
+// checkDriverProcess checks what every driver start gives the driver: its
+// standard streams only — input /dev/null, output and errors to out — and a
+// process group of its own.
+func checkDriverProcess(t *testing.T, pid int, out string) {
+	t.Helper()
+	fd := func(n string) string {
+		target, _ := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + n)
+		return target
+	}
+	if fds := descriptors(t, pid); !slices.Equal(fds, []string{"0", "1", "2"}) {
+		var what []string
+		for _, n := range fds {
+			what = append(what, n+" → "+fd(n))
+		}
+		t.Fatalf("the driver has descriptors %v, want 0 1 2", what)
+	}
+	if fd("0") != os.DevNull || fd("1") != out || fd("2") != out {
+		t.Fatalf("the driver's streams are %q, %q, %q; want %s, then %q twice", fd("0"), fd("1"), fd("2"), os.DevNull, out)
+	}
+	if pgid, _ := syscall.Getpgid(pid); pgid != pid {
+		t.Fatalf("the driver's process group is %d, want its own (%d)", pgid, pid)
 	}
 }
 
