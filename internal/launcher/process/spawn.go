@@ -248,7 +248,7 @@ func forkExec(r *spawnReq, stdin, out int) (int, error) {
 
 // directForkTable is the descriptor table (FDSize) up to which fork forks
 // from the calling thread. A fork's copy costs about 0.1 µs a descriptor
-// (BenchmarkExecWithOpenDescriptors: 2,000 open, +0.1-0.2 ms); the two
+// (BenchmarkExecWithOpenDescriptors: 2,000 open, +0.2 ms); the two
 // hand-offs to the spawner's thread and back cost 6-70 µs on an idle
 // machine and 0.25-0.5 ms a start of a 4-client churn, where the starting
 // goroutine and the locked thread wait for each other's CPU
