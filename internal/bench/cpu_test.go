@@ -5,27 +5,31 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 )
 
 // The churn's CPU shares: a child that burns CPU shows in its reaper's
-// children's time once reaped, not before, and the machine's busy time
-// covers it.
+// children's time once reaped, and the machine's busy time covers it.
 func TestCPUShares(t *testing.T) {
+	if os.Getenv("WSBENCH_TEST_BURN") == "1" {
+		// The child: spin until it has used burnFor of CPU, whatever the
+		// machine's speed.
+		for cpuSeconds(os.Getpid()) < burnFor.Seconds() {
+		}
+		os.Exit(0)
+	}
 	self := os.Getpid()
 	s0 := readShares(self)
-	// About a fifth of a second of one CPU in a shell loop.
-	cmd := exec.Command("/bin/sh", "-c", `i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done`)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatal(err)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCPUShares$")
+	cmd.Env = append(os.Environ(), "WSBENCH_TEST_BURN=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the burning child: %v: %s", err, out)
 	}
 	var run churnRun
 	run.since(s0, self)
 	used := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
-	if used.Seconds() < 0.05 {
-		t.Skipf("the loop took only %v of CPU here: too little to compare at the kernel's 10 ms ticks", used)
+	if used < burnFor {
+		t.Fatalf("the child used %v of CPU, less than the %v it spins for", used, burnFor)
 	}
 	if d := run.stubs - used.Seconds(); d < -0.02 || d > 0.02 {
 		t.Fatalf("children's CPU grew %.3f s for a child that used %.3f s", run.stubs, used.Seconds())
@@ -41,3 +45,7 @@ func TestCPUShares(t *testing.T) {
 		t.Fatalf("perSession = %v, want %v ms", got, want)
 	}
 }
+
+// burnFor is the child's CPU in TestCPUShares: well above the kernel's 10 ms
+// ticks the figures are counted in.
+const burnFor = 200 * time.Millisecond

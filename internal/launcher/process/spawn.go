@@ -35,7 +35,8 @@ type spawner struct {
 
 	// directMax is the largest table of the hub's (FDSize) that fork forks
 	// from directly; big is set once the table has been larger, which it
-	// then stays: the kernel never shrinks a descriptor table.
+	// then stays (the kernel never shrinks a descriptor table), or when the
+	// inherited descriptors could not be marked close-on-exec.
 	directMax int
 	big       atomic.Bool
 	// null is /dev/null in the hub's table, a direct fork's standard input.
@@ -84,7 +85,7 @@ func newSpawner() (*spawner, error) {
 	}
 	s := &spawner{reqs: make(chan *spawnReq), directMax: directForkTable, null: null}
 	if err := closeOnExecInherited(); err != nil {
-		s.directMax = -1 // a direct fork could pass the inherited ones on: never fork directly
+		s.big.Store(true) // a direct fork could pass the inherited ones on: never fork directly
 	}
 	ready := make(chan error, 1)
 	go s.run(ready, nil)
@@ -259,7 +260,7 @@ const directForkTable = 1024
 // thread while it is small, from the spawner's thread once it is not (a hub
 // holding thousands of connections, for good: the table never shrinks).
 func (s *spawner) fork(r *spawnReq) (int, error) {
-	if s == nil || r.probe != nil {
+	if s == nil {
 		return s.start(r)
 	}
 	if !s.big.Load() {
@@ -275,17 +276,11 @@ func (s *spawner) fork(r *spawnReq) (int, error) {
 // /proc/self/status: what a fork copies at most), or MaxInt when it cannot
 // be read. One read of a small file: 15 µs.
 func tableSize() int {
-	var buf [2048]byte
-	fd, err := syscall.Open("/proc/self/status", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	data, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return math.MaxInt
 	}
-	n, err := readAll(fd, buf[:])
-	syscall.Close(fd)
-	if err != nil {
-		return math.MaxInt
-	}
-	_, rest, ok := bytes.Cut(buf[:n], []byte("\nFDSize:"))
+	_, rest, ok := bytes.Cut(data, []byte("\nFDSize:"))
 	if !ok {
 		return math.MaxInt
 	}
@@ -295,25 +290,6 @@ func tableSize() int {
 		return math.MaxInt
 	}
 	return size
-}
-
-// readAll reads fd into buf until the end or buf is full.
-func readAll(fd int, buf []byte) (int, error) {
-	n := 0
-	for n < len(buf) {
-		m, err := syscall.Read(fd, buf[n:])
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return n, err
-		}
-		if m == 0 {
-			break
-		}
-		n += m
-	}
-	return n, nil
 }
 
 // start runs r from the spawner's thread, or from this one without a spawner.
