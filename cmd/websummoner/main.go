@@ -114,7 +114,7 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.BoolVar(&c.disableDocker, "disable-docker", false, "Run browsers as local driver processes (image = command line) and never connect to Docker")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit")
 	fs.BoolVar(&c.health, "healthcheck", false, "Ask the hub serving on -listen (on this host) whether it is healthy: exit 0 if /healthz answers 200, else 1 (a container HEALTHCHECK with no shell or curl)")
-	fs.IntVar(&c.maxProcs, "max-procs", 0, "CPUs the hub's own code runs on at once (Go's GOMAXPROCS); 0: the GOMAXPROCS environment variable if set, else a quarter of the CPUs the hub may use, at least 1, leaving the rest to the browsers, raised to all of them while many commands are in flight at once or drivers start")
+	fs.IntVar(&c.maxProcs, "max-procs", 0, "CPUs the hub's own code runs on at once (Go's GOMAXPROCS); 0: the GOMAXPROCS environment variable if set, else a quarter of the CPUs the hub may use, at least 1, leaving the rest to the browsers, raised to all of them while many commands are in flight at once or drivers start, and all of them throughout if the hub measures a command cheaper on them")
 	fs.DurationVar(&c.gracefulPeriod, "graceful-period", 300*time.Second, "On SIGTERM, how long live sessions may run on before they are ended")
 
 	fs.DurationVar(&c.server.IdleTimeout, "idle-connection-timeout", httpserver.DefaultIdleTimeout, "Close a keep-alive connection with no request for this long (0 = the default)")
@@ -322,7 +322,7 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	c.hub.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	c.hub.Gate = gate
 	low, high, why := hubProcs(c.maxProcs, os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0))
-	if p.cpus, err = procs.New(procs.Options{Low: low, High: high}, p.log, reg); err != nil {
+	if p.cpus, err = procs.New(procs.Options{Low: low, High: high, Tune: true}, p.log, reg); err != nil {
 		return nil, err
 	}
 	p.cpusWhy = why
@@ -492,7 +492,8 @@ func (p *program) shutdown(sig os.Signal, sigs <-chan os.Signal, srv *httpserver
 // a second); every CPU more than it needs only adds the scheduler's wake-ups
 // between them, which on two CPUs cost the hub 252 instead of 159 µs per
 // command at one session — but with 32 sessions' commands waiting on its one
-// thread, a second CPU was worth it (docs/benchmarks.md).
+// thread, a second CPU was worth it (docs/benchmarks.md). On other VMs the
+// low-load side went the other way, so the Governor measures it (Tune).
 func hubProcs(flagValue int, env string, avail int) (low, high int, why string) {
 	if flagValue > 0 {
 		return flagValue, flagValue, fmt.Sprintf("%d (-max-procs)", flagValue)
@@ -505,5 +506,5 @@ func hubProcs(flagValue int, env string, avail int) (low, high int, why string) 
 	if high == low {
 		return low, high, fmt.Sprintf("%d (a quarter of %d CPUs, at least 1; -max-procs sets it)", low, avail)
 	}
-	return low, high, fmt.Sprintf("%d (a quarter of %d CPUs, at least 1; all %d while many commands are in flight or drivers start; -max-procs sets one number)", low, avail, high)
+	return low, high, fmt.Sprintf("%d (a quarter of %d CPUs, at least 1; all %d while many commands are in flight or drivers start, or throughout if that measures cheaper a command; -max-procs sets one number)", low, avail, high)
 }

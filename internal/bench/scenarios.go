@@ -195,6 +195,12 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 		case 32:
 			r.target("hub p50 over direct p50 at 32 sessions", r50, 1.5, "×")
 		}
+		// What the hub's trials chose (package procs): the low-load CPUs its
+		// commands ran on, which the figures above depend on.
+		if low := metric(client.c, hub.url, "websummoner_hub_procs_low"); low > 0 {
+			r.Figures[fmt.Sprintf("c%d_hub_procs_low", c)] = low
+			r.Notes = append(r.Notes, fmt.Sprintf("%d sessions: the hub ran its low-load commands on %.0f CPUs at the end (websummoner_hub_procs_low)", c, low))
+		}
 		for _, id := range viaHub {
 			client.remove(hub.url+"/wd/hub", id)
 		}

@@ -195,7 +195,7 @@ func TestStopLowersAndStays(t *testing.T) {
 // to zero and the Ps end at Low.
 func TestConcurrentCommands(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g, s, _ := newGov(t, Options{Low: 1, High: 2, Crowd: 4, Window: 10 * time.Millisecond})
+		g, s, _ := newGov(t, Options{Low: 1, High: 2, Crowd: 4, Window: 10 * time.Millisecond, Tune: true, TrialCommands: 7, TrialEvery: 13})
 		var wg sync.WaitGroup
 		for range 32 {
 			wg.Go(func() {
@@ -221,8 +221,156 @@ func TestConcurrentCommands(t *testing.T) {
 	})
 }
 
+// machine is a fake CPU clock for trials: each command costs the process
+// what cost says for the Ps set at the moment (a fake because a real VM's
+// preference cannot be chosen on demand).
+type machine struct {
+	mu   sync.Mutex
+	used time.Duration
+	cost map[int]time.Duration
+}
+
+func (m *machine) cpu() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.used
+}
+
+// run has n commands go through g one after another.
+func (m *machine) run(g *Governor, s *setter, n int) {
+	for range n {
+		g.Begin()
+		m.mu.Lock()
+		m.used += m.cost[s.get()]
+		m.mu.Unlock()
+		g.End()
+	}
+}
+
+func tuned(t *testing.T, low, high int, cost map[int]time.Duration) (*Governor, *setter, *machine) {
+	t.Helper()
+	m := &machine{cost: cost}
+	g, s, _ := newGov(t, Options{Low: low, High: high, Tune: true, TrialCommands: 10, TrialEvery: 100, CPU: m.cpu})
+	return g, s, m
+}
+
+// Where High costs a command less than Low, a trial finds it and the hub
+// keeps it while the load is low; the next trial weighs Low again and keeps
+// High.
+func TestTrialTakesTheCheaperSetting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, s, m := tuned(t, 1, 2, map[int]time.Duration{1: 130 * time.Microsecond, 2: 110 * time.Microsecond})
+		m.run(g, s, 10) // the first trial begins at the 10th command: on Low
+		if got := fmt.Sprint(s.log); got != "[1]" {
+			t.Fatalf("Ps set %s before the trial's second window, want [1]", got)
+		}
+		m.run(g, s, 40) // four windows: 1, 2, 1, 2; then 2
+		if got := fmt.Sprint(s.log); got != "[1 2 1 2]" {
+			t.Fatalf("Ps set %s through the trial, want [1 2 1 2]", got)
+		}
+		if v := testutil.ToFloat64(g.lowPs); v != 2 {
+			t.Errorf("websummoner_hub_procs_low = %v, want 2", v)
+		}
+		m.run(g, s, 140) // the next trial: 2, 1, 2, 1, and back to 2
+		if got := fmt.Sprint(s.log); got != "[1 2 1 2 1 2 1 2]" {
+			t.Fatalf("Ps set %s through the second trial, want [1 2 1 2 1 2 1 2]", got)
+		}
+		if s.get() != 2 || g.low != 2 {
+			t.Fatalf("after the second trial the Ps are %d, low %d; want 2 and 2", s.get(), g.low)
+		}
+		// A crowd's High is where the Ps are already: no switch to count;
+		// and after it the Ps stay at the learned 2.
+		for range 16 {
+			g.Begin()
+		}
+		for range 16 {
+			g.End()
+		}
+		time.Sleep(2 * DefaultWindow)
+		synctest.Wait()
+		if s.get() != 2 || testutil.ToFloat64(g.switches) != 0 {
+			t.Errorf("after a crowd the Ps are %d and raised_total %v; want 2 and 0", s.get(), testutil.ToFloat64(g.switches))
+		}
+		g.Stop()
+		if s.get() != 2 {
+			t.Errorf("Stop set the Ps to %d, want the learned 2", s.get())
+		}
+	})
+}
+
+// An advantage under the margin, or one that holds in one pair of windows
+// only, leaves Low as it is.
+func TestTrialKeepsLowWithoutAClearGain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, s, m := tuned(t, 1, 2, map[int]time.Duration{1: 100 * time.Microsecond, 2: 95 * time.Microsecond})
+		m.run(g, s, 50)
+		if s.get() != 1 || testutil.ToFloat64(g.lowPs) != 1 {
+			t.Fatalf("5%% cheaper on 2 moved the low-load Ps to %d (gauge %v); want 1", s.get(), testutil.ToFloat64(g.lowPs))
+		}
+		// The second pair: 2 dearer by far; the first much cheaper. Not both.
+		m.cost = map[int]time.Duration{1: 100 * time.Microsecond, 2: 10 * time.Microsecond}
+		m.run(g, s, 120) // to the next trial's start (150), and its first two windows
+		m.cost = map[int]time.Duration{1: 100 * time.Microsecond, 2: 500 * time.Microsecond}
+		m.run(g, s, 20) // its last two
+		if got := fmt.Sprint(s.log); got != "[1 2 1 2 1 2 1 2 1]" || g.low != 1 {
+			t.Fatalf("Ps set %s, low %d; want [1 2 1 2 1 2 1 2 1] and 1", got, g.low)
+		}
+	})
+}
+
+// A driver start or a crowd in a window voids the trial (they are not the
+// low load it weighs), and so does a window that takes too long; the trial
+// after runs whole.
+func TestTrialVoided(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, s, m := tuned(t, 1, 2, map[int]time.Duration{1: 130 * time.Microsecond, 2: 100 * time.Microsecond})
+		m.run(g, s, 15)
+		g.StartBegin()
+		g.StartEnd()
+		m.run(g, s, 5) // the window ends void: back to Low once the start's window passes
+		time.Sleep(2 * DefaultWindow)
+		synctest.Wait()
+		if s.get() != 1 || g.low != 1 || g.trial.window != -1 {
+			t.Fatalf("after a start in a window: Ps %d, low %d, window %d; want 1, 1, -1", s.get(), g.low, g.trial.window)
+		}
+		m.run(g, s, 105) // the next trial starts at 120 commands; its first window
+		time.Sleep(trialMaxWindow + time.Second)
+		m.run(g, s, 10) // ends late: void
+		if g.low != 1 || g.trial.window != -1 || s.get() != 1 {
+			t.Fatalf("after a slow window: Ps %d, low %d, window %d; want 1, 1, -1", s.get(), g.low, g.trial.window)
+		}
+		m.run(g, s, 140) // a whole trial, undisturbed
+		if g.low != 2 || s.get() != 2 {
+			t.Fatalf("an undisturbed trial left Ps %d, low %d; want 2, 2", s.get(), g.low)
+		}
+	})
+}
+
+// Without Tune the low-load Ps are Low whatever the commands cost.
+func TestNoTrialWithoutTune(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &machine{cost: map[int]time.Duration{1: time.Millisecond, 2: time.Microsecond}}
+		g, s, _ := newGov(t, Options{Low: 1, High: 2, TrialCommands: 10, TrialEvery: 10, CPU: m.cpu})
+		m.run(g, s, 1000)
+		if got := fmt.Sprint(s.log); got != "[1]" {
+			t.Fatalf("Ps set %s without Tune, want [1]", got)
+		}
+	})
+}
+
+// The process's CPU clock moves with work done.
+func TestProcessCPU(t *testing.T) {
+	t0 := processCPU()
+	for x, end := 0, time.Now().Add(20*time.Millisecond); time.Now().Before(end); x++ {
+		_ = x * x
+	}
+	if d := processCPU() - t0; d < 5*time.Millisecond {
+		t.Fatalf("20 ms of a busy loop moved processCPU by %v", d)
+	}
+}
+
 func TestValidate(t *testing.T) {
-	for _, o := range []Options{{Low: 0}, {Low: 1, Crowd: -1}, {Low: 1, Window: -time.Second}} {
+	for _, o := range []Options{{Low: 0}, {Low: 1, Crowd: -1}, {Low: 1, Window: -time.Second}, {Low: 1, TrialCommands: -1}, {Low: 1, TrialEvery: -1}} {
 		if _, err := New(o, nil, nil); err == nil {
 			t.Errorf("New(%+v) accepted it", o)
 		}
