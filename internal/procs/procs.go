@@ -151,7 +151,8 @@ type trial struct {
 }
 
 // New returns a Governor and sets the Ps to Low. Its metrics:
-// websummoner_hub_procs (the Ps now) and websummoner_hub_procs_raised_total
+// websummoner_hub_procs (the Ps now), websummoner_hub_procs_low (the Ps while
+// the load is low) and websummoner_hub_procs_raised_total
 // (times it went to High).
 func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Governor, error) {
 	if err := opts.Validate(); err != nil {
@@ -289,12 +290,12 @@ func (g *Governor) raise(why string) {
 		return
 	}
 	g.trial.void = true // a crowd or a start is not the low load a trial weighs
-	if g.cur != g.opts.High {
+	if was := g.cur; was != g.opts.High {
 		g.switches.Inc()
+		logtag.Event(g.log, slog.LevelDebug, "", "PROCS", fmt.Sprintf("%d → %d", was, g.opts.High), why)
 	}
 	g.setLocked(g.opts.High)
 	g.high.Store(true)
-	logtag.Event(g.log, slog.LevelDebug, "", "PROCS", fmt.Sprintf("%d → %d", g.opts.Low, g.opts.High), why)
 	// The peak and the start seen so far belong to the window now beginning.
 	g.peak.Store(g.inFlight.Load())
 	g.started.Store(false)
@@ -320,7 +321,7 @@ func (g *Governor) look() {
 		return
 	}
 	g.lowerLocked()
-	logtag.Event(g.log, slog.LevelDebug, "", "PROCS", fmt.Sprintf("%d → %d", g.opts.High, g.opts.Low),
+	logtag.Event(g.log, slog.LevelDebug, "", "PROCS", fmt.Sprintf("%d → %d", g.opts.High, g.cur),
 		fmt.Sprintf("at most %d commands in flight and no driver start for %v", peak, g.opts.Window))
 }
 
@@ -351,10 +352,8 @@ func (g *Governor) step(n int64) {
 			g.next.Store(n + int64(g.opts.TrialCommands)) // a calmer moment, soon
 			return
 		}
-		*t = trial{window: 0}
-		t.begin(n, cpu, now)
-		g.setLocked(g.trialPs(0))
-		g.next.Store(n + int64(g.opts.TrialCommands))
+		*t = trial{}
+		g.beginWindow(n, cpu, now)
 		return
 	}
 	if t.void || now.Sub(t.t0) > trialMaxWindow {
@@ -369,9 +368,7 @@ func (g *Governor) step(n int64) {
 	}
 	t.cost[t.window] = (cpu - t.cpu0) / time.Duration(n-t.n0)
 	if t.window++; t.window < 4 {
-		t.begin(n, cpu, now)
-		g.setLocked(g.trialPs(t.window))
-		g.next.Store(n + int64(g.opts.TrialCommands))
+		g.beginWindow(n, cpu, now)
 		return
 	}
 	t.window = -1
@@ -390,8 +387,13 @@ func (g *Governor) step(n int64) {
 	g.setLocked(g.low)
 }
 
-func (t *trial) begin(n int64, cpu time.Duration, now time.Time) {
+// beginWindow starts the trial's window g.trial.window at n commands ended,
+// on its Ps; g.mu is held.
+func (g *Governor) beginWindow(n int64, cpu time.Duration, now time.Time) {
+	t := &g.trial
 	t.void, t.n0, t.cpu0, t.t0 = false, n, cpu, now
+	g.setLocked(g.trialPs(t.window))
+	g.next.Store(n + int64(g.opts.TrialCommands))
 }
 
 // processCPU is the user and system CPU time of the whole process so far.
