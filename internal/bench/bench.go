@@ -177,7 +177,9 @@ func (e *Env) startHub(ctx context.Context, browsers string, args ...string) (*p
 		return nil, err
 	}
 	all := append([]string{"-disable-docker", "-conf", conf, "-listen", fmt.Sprintf("127.0.0.1:%d", port),
-		"-instance", fmt.Sprintf("wsbench-%d", os.Getpid()), "-graceful-period", "1s"}, args...)
+		// An instance of its own (the port is): two hubs run at once in the
+		// waiters scenario, and a hub refuses to share its instance.
+		"-instance", fmt.Sprintf("wsbench-%d-%d", os.Getpid(), port), "-graceful-period", "1s"}, args...)
 	all = append(all, strings.Fields(os.Getenv("WSBENCH_HUB_ARGS"))...)
 	return e.start(ctx, e.Hub, all, port, "[INIT]", hubEnv()...)
 }

@@ -377,84 +377,177 @@ func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, er
 // Waiters queues M requests behind L held slots and measures what a waiting
 // request costs the hub, then hands slots over and measures the hand-off.
 func (e *Env) Waiters(ctx context.Context, l, m, handoffs int) (*Result, error) {
+	q, err := e.fillQueue(ctx, l, m)
+	if err != nil {
+		return nil, err
+	}
+	defer q.close()
+	for i := 0; i < handoffs && i < m; i++ {
+		if err := q.handOff(); err != nil {
+			return nil, err
+		}
+	}
+	return q.result(e.Short), nil
+}
+
+// WaitersFlat measures the hand-off at two queue lengths at once: a hub with
+// small waiters and one with big waiters are filled, then their hand-offs
+// alternate, so that whatever the machine does meanwhile — and on these VMs its
+// speed moves by half within minutes — weighs on both alike, and what differs
+// is the queue's length alone. The big hub's result carries the flatness
+// target (HandOffFlat); each hub's memory figures are its own process's.
+func (e *Env) WaitersFlat(ctx context.Context, l, small, big, handoffs int) (smallR, bigR *Result, err error) {
+	qs, err := e.fillQueue(ctx, l, small)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer qs.close()
+	qb, err := e.fillQueue(ctx, l, big)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer qb.close()
+	for i := 0; i < handoffs && i < small; i++ {
+		if err := qs.handOff(); err != nil {
+			return nil, nil, err
+		}
+		if err := qb.handOff(); err != nil {
+			return nil, nil, err
+		}
+	}
+	smallR = qs.result(e.Short)
+	bigR = qb.result(e.Short)
+	smallR.Notes = append(smallR.Notes, fmt.Sprintf("hand-offs alternated with a hub holding %d waiters at the same time", big))
+	bigR.Notes = append(bigR.Notes, fmt.Sprintf("hand-offs alternated with a hub holding %d waiters at the same time", small))
+	bigR.HandOffFlat(smallR)
+	return smallR, bigR, nil
+}
+
+// waitQueue is one hub with L held slots and M requests queued behind them,
+// and what was measured of it so far.
+type waitQueue struct {
+	hub    *proc
+	ctl    wd
+	m      int
+	held   []string
+	served chan arrival
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	tr     *http.Transport
+	hand   []time.Duration
+	queued float64
+	closed bool
+	before queueMem
+	peak   queueMem
+}
+
+// arrival is a waiter served: its session and when its client had the answer.
+type arrival struct {
+	id string
+	at time.Time
+}
+
+// queueMem is the hub's memory and goroutines at one moment.
+type queueMem struct{ rss, goroutines, inuse float64 }
+
+func (q *waitQueue) mem() queueMem {
+	return queueMem{rss(q.hub.pid()), metric(q.ctl.c, q.hub.url, "go_goroutines"),
+		metric(q.ctl.c, q.hub.url, "go_memstats_heap_inuse_bytes") + metric(q.ctl.c, q.hub.url, "go_memstats_stack_inuse_bytes")}
+}
+
+// fillQueue starts a hub, holds its l slots and queues m requests behind
+// them, each on a connection of its own, as separate CI jobs would.
+func (e *Env) fillQueue(ctx context.Context, l, m int) (*waitQueue, error) {
 	hub, err := e.startHub(ctx, e.stubBrowsers(), "-limit", strconv.Itoa(l))
 	if err != nil {
 		return nil, err
 	}
-	defer hub.stop()
-	ctl := wd{c: pooled(8)}
-	var held []string
+	q := &waitQueue{hub: hub, ctl: wd{c: pooled(8)}, m: m, served: make(chan arrival, m),
+		tr: &http.Transport{MaxIdleConnsPerHost: -1, DisableKeepAlives: true}}
 	for range l {
-		id, code, err := ctl.create(ctx, hub.url+"/wd/hub", stubCaps)
+		id, code, err := q.ctl.create(ctx, hub.url+"/wd/hub", stubCaps)
 		if err != nil || code != 200 {
+			hub.stop()
 			return nil, fmt.Errorf("hold: %d %v", code, err)
 		}
-		held = append(held, id)
+		q.held = append(q.held, id)
 	}
 	runtime.GC()
 	time.Sleep(200 * time.Millisecond)
-	rss0, gor0 := rss(hub.pid()), metric(ctl.c, hub.url, "go_goroutines")
-	inuse := func() float64 {
-		return metric(ctl.c, hub.url, "go_memstats_heap_inuse_bytes") + metric(ctl.c, hub.url, "go_memstats_stack_inuse_bytes")
-	}
-	mem0 := inuse()
+	q.before = q.mem()
 	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type arrival struct {
-		id string
-		at time.Time
-	}
-	served := make(chan arrival, m)
-	// Each waiter has its own connection, as separate CI jobs would.
-	tr := &http.Transport{MaxIdleConnsPerHost: -1, DisableKeepAlives: true}
-	defer tr.CloseIdleConnections()
-	wc := wd{c: &http.Client{Transport: tr}}
-	var wg sync.WaitGroup
+	q.cancel = cancel
+	wc := wd{c: &http.Client{Transport: q.tr}}
 	for range m {
-		wg.Go(func() {
+		q.wg.Go(func() {
 			id, code, err := wc.create(wctx, hub.url+"/wd/hub", stubCaps)
 			if err == nil && code == 200 {
-				served <- arrival{id: id, at: time.Now()}
+				q.served <- arrival{id: id, at: time.Now()}
 			}
 		})
 	}
 	deadline := time.Now().Add(2 * time.Minute)
-	for statusField(ctl.c, hub.url, "queued") < float64(m) && time.Now().Before(deadline) {
+	for statusField(q.ctl.c, hub.url, "queued") < float64(m) && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	queued := statusField(ctl.c, hub.url, "queued")
-	rssPeak, gorPeak, memPeak := rss(hub.pid()), metric(ctl.c, hub.url, "go_goroutines"), inuse()
-	// Hand-off: free one slot, time until the next waiter's session exists.
-	var hand []time.Duration
-	for i := 0; i < handoffs && i < m; i++ {
-		id := held[0]
-		held = held[1:]
-		t0 := time.Now()
-		ctl.remove(hub.url+"/wd/hub", id)
-		freed := time.Now()
-		var a arrival
-		select {
-		case a = <-served:
-		case <-hub.done:
-			return nil, fmt.Errorf("the hub exited while %d requests waited: %s", m, hub.failures())
-		case <-time.After(time.Minute):
-			return nil, fmt.Errorf("no waiter was served within a minute of a freed slot: %s", hub.failures())
-		}
-		_ = t0
-		hand = append(hand, a.at.Sub(freed))
-		held = append(held, a.id)
+	q.queued = statusField(q.ctl.c, hub.url, "queued")
+	q.peak = q.mem()
+	return q, nil
+}
+
+// handOff frees one slot and times it until the next waiter's session exists.
+func (q *waitQueue) handOff() error {
+	id := q.held[0]
+	q.held = q.held[1:]
+	q.ctl.remove(q.hub.url+"/wd/hub", id)
+	freed := time.Now()
+	var a arrival
+	select {
+	case a = <-q.served:
+	case <-q.hub.done:
+		return fmt.Errorf("the hub exited while %d requests waited: %s", q.m, q.hub.failures())
+	case <-time.After(time.Minute):
+		return fmt.Errorf("no waiter was served within a minute of a freed slot: %s", q.hub.failures())
 	}
-	sortDurations(hand)
-	cancel()
-	wg.Wait()
-	for _, id := range held {
-		ctl.remove(hub.url+"/wd/hub", id)
+	q.hand = append(q.hand, a.at.Sub(freed))
+	q.held = append(q.held, a.id)
+	return nil
+}
+
+// close lets the waiters go, ends every session and stops the hub; it runs
+// once, from result or (on an error) from the caller's defer.
+func (q *waitQueue) close() {
+	if q.closed {
+		return
 	}
-	close(served)
-	for a := range served {
-		ctl.remove(hub.url+"/wd/hub", a.id)
+	q.closed = true
+	q.drain()
+	q.hub.stop()
+}
+
+func (q *waitQueue) drain() {
+	q.cancel()
+	q.wg.Wait()
+	q.tr.CloseIdleConnections()
+	for _, id := range q.held {
+		q.ctl.remove(q.hub.url+"/wd/hub", id)
 	}
-	deadline = time.Now().Add(time.Minute)
+	q.held = nil
+	close(q.served)
+	for a := range q.served {
+		q.ctl.remove(q.hub.url+"/wd/hub", a.id)
+	}
+}
+
+// result lets the waiters go, waits for the hub's memory to come back, and
+// reports; the hub is stopped after.
+func (q *waitQueue) result(short bool) *Result {
+	sortDurations(q.hand)
+	q.closed = true // close would do nothing more than this
+	q.drain()
+	defer q.hub.stop()
+	ctl, hub, m := q.ctl, q.hub, q.m
+	deadline := time.Now().Add(time.Minute)
 	for statusField(ctl.c, hub.url, "queued") > 0 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -462,30 +555,33 @@ func (e *Env) Waiters(ctx context.Context, l, m, handoffs int) (*Result, error) 
 	// forced collection every 2 minutes. Wait for it (bounded), not for RSS,
 	// which Go gives back to the OS lazily.
 	gcWait := 300 * time.Second
-	if e.Short {
+	if short {
 		gcWait = time.Second
 	}
 	t0 := time.Now()
-	for inuse() > mem0+16<<20 && time.Since(t0) < gcWait {
+	for q.mem().inuse > q.before.inuse+16<<20 && time.Since(t0) < gcWait {
 		time.Sleep(time.Second)
 	}
-	rssAfter, gorAfter, memAfter := rss(hub.pid()), metric(ctl.c, hub.url, "go_goroutines"), inuse()
+	after := q.mem()
 	r0 := fmt.Sprintf("after: heap in use %.1f MB, stacks in use %.1f MB, heap objects %.0f",
 		metric(ctl.c, hub.url, "go_memstats_heap_inuse_bytes")/(1<<20), metric(ctl.c, hub.url, "go_memstats_stack_inuse_bytes")/(1<<20),
 		metric(ctl.c, hub.url, "go_memstats_heap_objects"))
-	perWaiter := (rssPeak - rss0) / float64(m)
+	b, p := q.before, q.peak
+	perWaiter := (p.rss - b.rss) / float64(m)
+	hand := q.hand
 	r := &Result{Scenario: "waiters", Figures: map[string]float64{
-		"waiters": float64(m), "queued_seen": queued,
-		"rss_before_mb": rss0 / (1 << 20), "rss_peak_mb": rssPeak / (1 << 20), "rss_after_mb": rssAfter / (1 << 20),
-		"goroutines_before": gor0, "goroutines_peak": gorPeak, "goroutines_after": gorAfter,
+		"waiters": float64(m), "queued_seen": q.queued,
+		"rss_before_mb": b.rss / (1 << 20), "rss_peak_mb": p.rss / (1 << 20), "rss_after_mb": after.rss / (1 << 20),
+		"goroutines_before": b.goroutines, "goroutines_peak": p.goroutines, "goroutines_after": after.goroutines,
 		"bytes_per_waiter":           perWaiter,
-		"heap_stack_inuse_before_mb": mem0 / (1 << 20), "heap_stack_inuse_peak_mb": memPeak / (1 << 20), "heap_stack_inuse_after_mb": memAfter / (1 << 20),
+		"heap_stack_inuse_before_mb": b.inuse / (1 << 20), "heap_stack_inuse_peak_mb": p.inuse / (1 << 20), "heap_stack_inuse_after_mb": after.inuse / (1 << 20),
 		"handoff_p50_ms": float64(percentile(hand, 50)) / 1e6, "handoff_p99_ms": float64(percentile(hand, 99)) / 1e6,
+		"handoffs": float64(len(hand)),
 	}, Header: []string{"waiters", "RSS before/peak/after MB", "Go heap+stacks in use before/peak/after MB", "goroutines before/peak/after", "RSS bytes/waiter", "freed slot → next session p50/p99 ms"}}
 	r.Rows = append(r.Rows, []string{strconv.Itoa(m),
-		fmt.Sprintf("%.1f / %.1f / %.1f", rss0/(1<<20), rssPeak/(1<<20), rssAfter/(1<<20)),
-		fmt.Sprintf("%.1f / %.1f / %.1f", mem0/(1<<20), memPeak/(1<<20), memAfter/(1<<20)),
-		fmt.Sprintf("%.0f / %.0f / %.0f", gor0, gorPeak, gorAfter),
+		fmt.Sprintf("%.1f / %.1f / %.1f", b.rss/(1<<20), p.rss/(1<<20), after.rss/(1<<20)),
+		fmt.Sprintf("%.1f / %.1f / %.1f", b.inuse/(1<<20), p.inuse/(1<<20), after.inuse/(1<<20)),
+		fmt.Sprintf("%.0f / %.0f / %.0f", b.goroutines, p.goroutines, after.goroutines),
 		fmt.Sprintf("%.0f", perWaiter), fmt.Sprintf("%s / %s", ms(percentile(hand, 50)), ms(percentile(hand, 99)))})
 	if m >= 10000 { // the target is at 10,000 waiters: below, the arrival's fixed cost weighs on each
 		r.target("RSS per waiter", perWaiter/1024, 8, "KiB")
@@ -493,15 +589,15 @@ func (e *Env) Waiters(ctx context.Context, l, m, handoffs int) (*Result, error) 
 	r.Notes = append(r.Notes, "the hand-off figure includes starting the next stub driver process and its new-session call; the queue's own hand-off is BenchmarkHandOff in internal/queue (target p99 ≤ 1 ms there)")
 	r.Notes = append(r.Notes, r0)
 	r.Notes = append(r.Notes, "RSS after stays near the peak because Go returns freed pages to the OS lazily; the Go heap and stacks in use show what the waiters held and that it came back")
-	if gorAfter > gor0+10 {
-		r.Notes = append(r.Notes, fmt.Sprintf("goroutines did not return: %0.f before, %.0f after", gor0, gorAfter))
+	if after.goroutines > b.goroutines+10 {
+		r.Notes = append(r.Notes, fmt.Sprintf("goroutines did not return: %0.f before, %.0f after", b.goroutines, after.goroutines))
 	}
-	return r, nil
+	return r
 }
 
 // HandOffFlat adds the target that the hand-off does not grow with the queue:
-// r's p99 (freed slot → next waiter's session) over small's, a run of the
-// same scenario with fewer waiters.
+// r's p99 (freed slot → next waiter's session) over small's, measured
+// alternately with it (WaitersFlat).
 func (r *Result) HandOffFlat(small *Result) {
 	r.target(fmt.Sprintf("hand-off p99 at %.0f waiters over at %.0f", r.Figures["waiters"], small.Figures["waiters"]),
 		r.Figures["handoff_p99_ms"]/small.Figures["handoff_p99_ms"], 1.25, "×")
