@@ -256,7 +256,7 @@ func (p *proxyPath) row(c string, direct *proxyPath) []string {
 
 // Churn runs C clients doing create → K commands → delete for a while, through
 // the hub and, as the floor, with the load tool doing the hub's job itself
-// (floorChurn), in the same run, taking turns (four of d/4 each from 8 s up).
+// (floorChurn), in the same run, taking turns of churnTurn(c) each.
 // At 4 clients it runs once more beside 2,000
 // sleeping processes: a DELETE must not notice them.
 func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, error) {
@@ -285,18 +285,22 @@ func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, er
 	aloneFloor := e.floorChurn(ctx, 1, c, k, min(d/2, 5*time.Second))
 	rssEarly := rss(hub.pid())
 	// The floor and the hub take turns, so that whatever else the machine
-	// does in the window weighs on both alike.
-	rounds := 4
-	if d < 8*time.Second {
-		rounds = 1
-	}
+	// does in the window weighs on both alike. The turns are short, since
+	// these VMs' speed moves within seconds (a floor turn's create p50 went
+	// from 10 to 24 ms between two 5 s turns), but long enough for each
+	// client to run some 25 sessions: every turn begins with all c clients
+	// creating at once, a burst it must outlast by far.
+	turn := churnTurn(c)
+	rounds := max(1, int(d/turn))
 	var floor, run churnRun
-	var turns []string
+	var turnRatios []float64
 	for range rounds {
 		f := e.floorChurn(ctx, c, c, k, d/time.Duration(rounds))
 		h := hubChurn(ctx, hub, c, k, d/time.Duration(rounds))
 		floor, run = floor.add(f), run.add(h)
-		turns = append(turns, fmt.Sprintf("%s/%s", ms(percentile(f.creates, 50)), ms(percentile(h.creates, 50))))
+		if len(f.creates) > 0 && len(h.creates) > 0 {
+			turnRatios = append(turnRatios, float64(percentile(h.creates, 50))/float64(percentile(f.creates, 50)))
+		}
 	}
 	n := float64(run.sessions)
 	r := &Result{Scenario: fmt.Sprintf("churn-%d", c), Figures: map[string]float64{
@@ -322,9 +326,14 @@ func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, er
 		r.Rows = append(r.Rows, []string{name, strconv.Itoa(c), strconv.Itoa(x.sessions), fmt.Sprintf("%.1f", x.perSecond()),
 			ms(percentile(x.creates, 50)), ms(percentile(x.creates, 99)), ms(percentile(x.deletes, 50)), ms(percentile(x.deletes, 99)), cpu, fmt.Sprint(x.errs)})
 	}
-	if rounds > 1 {
+	if len(turnRatios) > 1 {
 		// How much a turn's figure moves tells how far to trust the whole.
-		r.Notes = append(r.Notes, fmt.Sprintf("create p50 ms by turn, floor/hub: %s", strings.Join(turns, ", ")))
+		sort.Float64s(turnRatios)
+		q := func(p float64) float64 { return turnRatios[int(p*float64(len(turnRatios)-1)+0.5)] }
+		r.Notes = append(r.Notes, fmt.Sprintf("hub create p50 over the floor's in each of %d turns of %v: min %.3f, quartiles %.3f / %.3f / %.3f, max %.3f",
+			len(turnRatios), d/time.Duration(rounds), q(0), q(0.25), q(0.5), q(0.75), q(1)))
+		r.Figures["turns"] = float64(len(turnRatios))
+		r.Figures["turn_create_ratio_median"] = q(0.5)
 	}
 	// The machine's CPU a session on each path, and whose it was: the
 	// hub's path costs the machine what its extra process and hop cost, and
@@ -372,6 +381,13 @@ func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, er
 		r.Notes = append(r.Notes, fmt.Sprintf("%d failed requests of %d: %v; the hub logged: %s", failed, run.sessions, run.errs, hub.failures()))
 	}
 	return r, nil
+}
+
+// churnTurn is how long each of the floor's and the hub's turns in a churn
+// lasts at c clients: short, for the VM's drift, but some 25 sessions a
+// client (at 4 clients a client runs ~25 sessions a second here, at 32 ~6).
+func churnTurn(c int) time.Duration {
+	return max(time.Second, time.Duration(c)*150*time.Millisecond)
 }
 
 // Waiters queues M requests behind L held slots and measures what a waiting
