@@ -287,7 +287,7 @@ func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, er
 	// The floor and the hub take turns, so that whatever else the machine
 	// does in the window weighs on both alike. The turns are short, since
 	// these VMs' speed moves within seconds (a floor turn's create p50 went
-	// from 10 to 24 ms between two 5 s turns), but long enough for each
+	// from 14.6 to 24.0 ms between two 5 s turns), but long enough for each
 	// client to run some 25 sessions: every turn begins with all c clients
 	// creating at once, a burst it must outlast by far.
 	turn := churnTurn(c)
