@@ -442,19 +442,19 @@ func (e *Env) WaitersFlat(ctx context.Context, l, small, big, handoffs int) (sma
 // waitQueue is one hub with L held slots and M requests queued behind them,
 // and what was measured of it so far.
 type waitQueue struct {
-	hub    *proc
-	ctl    wd
-	m      int
-	held   []string
-	served chan arrival
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	tr     *http.Transport
-	hand   []time.Duration
-	queued float64
-	closed bool
-	before queueMem
-	peak   queueMem
+	hub     *proc
+	ctl     wd
+	m       int
+	held    []string
+	served  chan arrival
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	tr      *http.Transport
+	hand    []time.Duration
+	queued  float64
+	drained bool
+	before  queueMem
+	peak    queueMem
 }
 
 // arrival is a waiter served: its session and when its client had the answer.
@@ -530,18 +530,19 @@ func (q *waitQueue) handOff() error {
 	return nil
 }
 
-// close lets the waiters go, ends every session and stops the hub; it runs
-// once, from result or (on an error) from the caller's defer.
+// close lets the waiters go, ends every session and stops the hub: on an
+// error, from the caller's defer (after result, the hub is stopped already).
 func (q *waitQueue) close() {
-	if q.closed {
-		return
-	}
-	q.closed = true
 	q.drain()
 	q.hub.stop()
 }
 
+// drain lets the waiters go and ends every session, once.
 func (q *waitQueue) drain() {
+	if q.drained {
+		return
+	}
+	q.drained = true
 	q.cancel()
 	q.wg.Wait()
 	q.tr.CloseIdleConnections()
@@ -559,7 +560,6 @@ func (q *waitQueue) drain() {
 // reports; the hub is stopped after.
 func (q *waitQueue) result(short bool) *Result {
 	sortDurations(q.hand)
-	q.closed = true // close would do nothing more than this
 	q.drain()
 	defer q.hub.stop()
 	ctl, hub, m := q.ctl, q.hub, q.m
