@@ -33,9 +33,9 @@ func main() {
 	only := flag.String("scenario", "all", "proxy, churn, waiters, jam, stampede, soak, wakeup, or all (comma-separated)")
 	soakFor := flag.Duration("soak", 60*time.Minute, "how long the soak scenario runs (full mode; 2m with -short)")
 	out := flag.String("out", "", "write the JSON results and SVG charts to this directory")
-	churnFor := flag.Duration("churn", time.Minute, "how long each churn run lasts (full mode): the floor and the hub (in four alternating turns), and at 4 clients the hub beside 2,000 sleeping processes")
+	churnFor := flag.Duration("churn", time.Minute, "how long each churn run lasts (full mode): the floor and the hub (in alternating turns of 1 s at 4 clients, 4.8 s at 32), and at 4 clients the hub beside 2,000 sleeping processes")
 	churnCommands := flag.Int("churn-commands", 5, "commands each churn session runs between its create and its DELETE (0 to measure the creation path without the proxied commands' load)")
-	waiters := flag.Int("waiters", 10000, "waiting requests in the waiters scenario (full mode; a second hub with 1,000 waiters — a quarter of these if fewer — is filled beside it and their hand-offs alternate, for the flatness target; 15000 is the moonshot row)")
+	waiters := flag.Int("waiters", 10000, "waiting requests in the waiters scenario (full mode; a second hub with 1,000 waiters — a quarter of these if that is fewer — is filled beside it and their hand-offs alternate, for the flatness target; 15000 is the moonshot row)")
 	sessions := flag.String("sessions", "1,4,32", "the proxy scenario's session counts (comma-separated; the targets are set at 1, 4 and 32)")
 	flag.Parse()
 	var concs []int
