@@ -3,7 +3,7 @@
 GO ?= go
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build run deps test-deps images image test unit e2e bench bench-short fuzz vet clean
+.PHONY: build run deps test-deps images image test unit e2e bench bench-short callgrind fuzz vet clean
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/websummoner ./cmd/websummoner
@@ -55,6 +55,12 @@ bench:
 	$(GO) run ./cmd/wsbench -out docs/bench | tee docs/bench/wsbench.txt
 	$(GO) run ./cmd/wsbench -scenario waiters -waiters 15000 | tee docs/bench/wsbench-waiters-15k.txt
 	WEBSUMMONER_VIDEO_COST=20 WEBSUMMONER_VIDEO_COST_OUT=$(CURDIR)/docs/bench/video-cost.txt $(GO) test -count=1 -v -run '^TestVideoCost$$' ./e2e
+	scripts/callgrind-proxy.sh | tee docs/bench/callgrind-proxy.txt
+
+# The hub's own instructions per proxied command against a direct command's
+# (valgrind's callgrind: the same count on a busy or drifting machine).
+callgrind:
+	scripts/callgrind-proxy.sh
 
 # Every fuzz target for FUZZTIME each (their seed corpora run in make test).
 FUZZTIME ?= 5m
@@ -73,6 +79,7 @@ bench-short:
 	$(GO) run ./cmd/wsbench -short
 	WEBSUMMONER_BENCH=1 $(GO) test -count=1 -run '^(TestProxyOverheadTargets|TestWaiterMemory)$$' ./internal/hub
 	WEBSUMMONER_VIDEO_COST=2 $(GO) test -count=1 -run '^TestVideoCost$$' ./e2e
+	scripts/callgrind-proxy.sh 200
 
 clean:
 	rm -rf bin

@@ -2,7 +2,7 @@
 # Installs what WebSummoner's hub needs on a fresh Debian machine of this kind:
 # Chromium and its driver, Python Selenium (the end-to-end tests' client and the
 # README's example), and the Go modules; with "test", also what only the tests
-# use (ffmpeg, Prometheus, Alertmanager). Safe to run again: it installs only
+# use (ffmpeg, Prometheus, Alertmanager, valgrind). Safe to run again: it installs only
 # what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,9 @@ command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 /usr/bin/python3 -c 'import selenium' >/dev/null 2>&1 || need+=(python3-selenium)
 if [ "${1:-}" = test ]; then
   # For the tests only: ffprobe checks recorded videos; Prometheus, promtool and
-  # Alertmanager run the alerting tests.
+  # Alertmanager run the alerting tests; valgrind counts the proxy's
+  # instructions (scripts/callgrind-proxy.sh, in make bench-short).
+  command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
   command -v ffprobe >/dev/null 2>&1 || need+=(ffmpeg)
   command -v promtool >/dev/null 2>&1 || need+=(prometheus)
   command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
