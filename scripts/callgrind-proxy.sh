@@ -58,4 +58,4 @@ awk -v n="$n" '
 	{ own[$1] += sign * $2 }
 	END { for (f in own) printf "%10.0f  %s\n", own[f] / n, f }' \
 	"$dir/direct-$n.self" "$dir/direct-$((2 * n)).self" "$dir/hub-$n.self" "$dir/hub-$((2 * n)).self" |
-	sort -rn | head -20
+	sort -rn | awk 'NR <= 20' # reads to the end: head would leave sort a SIGPIPE, which pipefail reports
