@@ -19,6 +19,7 @@
 #   scripts/callgrind-proxy.sh [N]   (default 2000; about a minute)
 set -euo pipefail
 n=${1:-2000}
+[[ $n =~ ^[1-9][0-9]{0,6}$ ]] || { echo "callgrind-proxy: N must be a number of commands, 1 to 9999999 (got '$n')" >&2; exit 2; }
 cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "callgrind-proxy: valgrind not found (apt-get install valgrind)" >&2; exit 1; }
 dir=$(mktemp -d)
