@@ -80,8 +80,10 @@ func (h *Hub) statusBrowsers(r *http.Request) map[string]map[string]map[string]*
 		e := statusSession{ID: s.ID, Container: s.Instance.Describe(), Name: s.Name, VNC: s.VNC, Screen: s.Screen, Started: s.Started, Caps: selenoidCaps(s)}
 		if !h.sees(r, s) {
 			// Another user's: counted and listed, but its capabilities (env
-			// secrets, proxy credentials, URLs) are theirs.
-			e.Caps, e.Name = nil, ""
+			// secrets, proxy credentials, URLs) are theirs, and its container
+			// (a container id, or a local driver's pid and port) says where to
+			// reach their browser.
+			e.Caps, e.Name, e.Container = nil, "", ""
 		}
 		q.Sessions = append(q.Sessions, e)
 	}
