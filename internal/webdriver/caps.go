@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Vendor option keys the hub reads and strips before the body reaches a driver.
@@ -336,8 +338,8 @@ func parseOptions(caps map[string]any, legacyTopLevel bool) (Options, error) {
 	if err := checkNetworking(key, o); err != nil {
 		return o, err
 	}
-	if n := o.LogName; n != "" && (strings.ContainsAny(n, "/\\") || n == "." || n == ".." || len(n) > 255) {
-		return o, argErr("%s.logName %q must be a file name, without a path", key, n)
+	if n := o.LogName; n != "" && !plainFileName(n) {
+		return o, argErr("%s.logName %q must be a file name, without a path, such as \"checkout.log\": no ':', not starting with '.', no control characters, at most %d bytes", key, n, maxFileName)
 	}
 	if err := checkScreen(key, &o); err != nil {
 		return o, err
@@ -427,9 +429,11 @@ func Merge(base, over map[string]any) map[string]any {
 // checkNetworking validates the per-session networking options' shapes.
 func checkNetworking(key string, o Options) error {
 	for _, e := range o.HostsEntries {
+		// Each entry becomes a line of the browser's /etc/hosts: a newline or
+		// space in it would add lines or names the client does not own.
 		host, ip, ok := strings.Cut(e, ":")
-		if !ok || host == "" || net.ParseIP(ip) == nil {
-			return argErr("%s.hostsEntries entry %q must be \"host:ip\"", key, e)
+		if !ok || !hostName(host) || net.ParseIP(ip) == nil {
+			return argErr("%s.hostsEntries entry %q must be \"host:ip\", a host name (letters, digits, '-', '_', '.') and an IP address, such as \"db.test:10.0.0.5\"", key, e)
 		}
 	}
 	for _, d := range o.DNSServers {
@@ -446,6 +450,37 @@ func checkNetworking(key string, o Options) error {
 		return argErr("%s.containerHostname %q must be a host name (letters, digits, '-', '.')", key, h)
 	}
 	return nil
+}
+
+// maxFileName is the longest logName or videoName: a file name's limit on
+// Linux file systems.
+const maxFileName = 255
+
+// plainFileName reports whether n names a file in the output directory itself:
+// no directory part, no scheme or drive (no ':', so it never reads as a URL
+// such as "javascript:…" where it is linked), not hidden or "." or "..", no
+// control characters that would forge log lines or file listings.
+func plainFileName(n string) bool {
+	if n == "" || len(n) > maxFileName || n[0] == '.' || strings.ContainsAny(n, "/\\:") || !utf8.ValidString(n) {
+		return false
+	}
+	return !strings.ContainsFunc(n, unicode.IsControl)
+}
+
+// hostName reports whether h is a DNS host name: dot-separated labels of
+// letters, digits, '-' and '_', each 1 to 63 bytes and not starting or ending
+// with '-'; at most 253 bytes.
+func hostName(h string) bool {
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' ||
+			strings.Trim(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "" {
+			return false
+		}
+	}
+	return true
 }
 
 // Screen and video bounds: a screen as large as 8K, depths X servers offer,
@@ -498,7 +533,7 @@ func checkScreen(key string, o *Options) error {
 		}
 	}
 	if n := o.VideoName; n != "" {
-		if len(n) > 200 || n[0] == '.' || strings.Trim(n, videoNameChars) != "" || !strings.Contains(n, ".") {
+		if len(n) > 200 || !plainFileName(n) || strings.Trim(n, videoNameChars) != "" || !strings.Contains(n, ".") {
 			return argErr("%s.videoName %q must be a file name with an extension, such as \"checkout.mp4\" (letters, digits, '.', '_', '-'; no path)", key, n)
 		}
 	}
