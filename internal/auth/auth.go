@@ -7,6 +7,7 @@ package auth
 import (
 	"bufio"
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
@@ -34,15 +35,22 @@ type Store struct {
 	opts   Options
 	admins map[string]bool
 	verify chan struct{} // bounds concurrent bcrypt verifications
+	// compare is bcrypt.CompareHashAndPassword; tests count its calls.
+	compare func(hash, password []byte) error
 
 	mu    sync.RWMutex
 	users map[string][]byte   // user → bcrypt hash
 	known map[string][32]byte // user → sha256 of a password bcrypt accepted
+	// dummy is a bcrypt hash of a random password at the file's highest cost:
+	// an unknown user's password is checked against it, so that an unknown
+	// user costs as long as a known user's wrong password and names cannot be
+	// told apart by timing.
+	dummy []byte
 }
 
 // New reads the file (when set). The error names the file and the line.
 func New(opts Options) (*Store, error) {
-	s := &Store{opts: opts, admins: map[string]bool{}, verify: make(chan struct{}, runtime.NumCPU())}
+	s := &Store{opts: opts, admins: map[string]bool{}, verify: make(chan struct{}, runtime.NumCPU()), compare: bcrypt.CompareHashAndPassword}
 	for _, a := range opts.Admins {
 		if a = strings.TrimSpace(a); a != "" {
 			s.admins[a] = true
@@ -81,10 +89,32 @@ func (s *Store) Reload() error {
 			return fmt.Errorf("-admin-users names %q, who is not in -htpasswd %s", a, s.opts.File)
 		}
 	}
+	dummy, err := dummyHash(users)
+	if err != nil {
+		return fmt.Errorf("-htpasswd %s: %w", s.opts.File, err)
+	}
 	s.mu.Lock()
-	s.users, s.known = users, map[string][32]byte{}
+	s.users, s.known, s.dummy = users, map[string][32]byte{}, dummy
 	s.mu.Unlock()
 	return nil
+}
+
+// dummyHash is a bcrypt hash of a random password at the highest cost among
+// users' hashes, for checking unknown users' passwords against.
+func dummyHash(users map[string][]byte) ([]byte, error) {
+	cost := bcrypt.MinCost
+	for _, h := range users {
+		if c, err := bcrypt.Cost(h); err == nil && c > cost {
+			cost = c
+		}
+	}
+	pw := make([]byte, 32)
+	_, _ = rand.Read(pw) // crypto/rand.Read never fails
+	h, err := bcrypt.GenerateFromPassword(pw, cost)
+	if err != nil {
+		return nil, fmt.Errorf("making the hash unknown users are checked against: %w", err)
+	}
+	return h, nil
 }
 
 // Parse reads htpasswd lines "user:hash"; blank lines and # comments are
@@ -133,20 +163,23 @@ func (s *Store) User(r *http.Request) (string, bool) {
 	}
 	sum := sha256.Sum256([]byte(pass))
 	s.mu.RLock()
-	hash, known := s.users[user], s.known[user]
+	hash, known, dummy := s.users[user], s.known[user], s.dummy
 	s.mu.RUnlock()
-	if hash == nil {
-		return "", false
-	}
 	// Every WebDriver command carries the credentials: bcrypt once, then a
 	// digest comparison.
-	if subtle.ConstantTimeCompare(known[:], sum[:]) == 1 {
+	if hash != nil && subtle.ConstantTimeCompare(known[:], sum[:]) == 1 {
 		return user, true
 	}
+	// An unknown user is checked against the dummy hash, through the same
+	// bounded path: as slow as a known user's wrong password, and no more CPU.
+	check := hash
+	if check == nil {
+		check = dummy
+	}
 	s.verify <- struct{}{}
-	err := bcrypt.CompareHashAndPassword(hash, []byte(pass))
+	err := s.compare(check, []byte(pass))
 	<-s.verify
-	if err != nil {
+	if hash == nil || err != nil {
 		return "", false
 	}
 	s.mu.Lock()
