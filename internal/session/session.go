@@ -203,6 +203,21 @@ func (r *Registry) Done(s *Session) {
 	}
 }
 
+// Touch counts traffic on a session's side channel (a DevTools or BiDi
+// message from its client) as activity: the idle timeout starts again from
+// now, as after a command; a command running keeps holding it.
+func (r *Registry) Touch(s *Session) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s.inflight > 0 || r.sessions[s.ID] != s {
+		return
+	}
+	s.lastDone = time.Now()
+	if s.idle != nil {
+		s.idle.Reset(s.Idle)
+	}
+}
+
 // End ends a live session for reason: it stops the browser, releases the slot,
 // counts and logs, once. It returns false if the session was not live.
 func (r *Registry) End(id, reason string) bool { return r.EndThen(id, reason, nil) }

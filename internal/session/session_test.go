@@ -168,3 +168,32 @@ func TestDuplicateAndRemember(t *testing.T) {
 		t.Fatal("forgot the newest")
 	}
 }
+
+// Touch (side-channel traffic) restarts the idle timeout as a command's end
+// does, without holding it: a session touched once and then left ends an idle
+// timeout later.
+func TestTouchRestartsTheIdleTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r, _ := setup(t, Options{})
+		_, slot := add(t, r, "a", time.Minute)
+		s, _ := r.Get("a")
+		for range 3 {
+			time.Sleep(50 * time.Second)
+			r.Touch(s)
+		}
+		synctest.Wait()
+		if r.Len() != 1 || r.IdleFor(s) != 0 {
+			t.Fatalf("touched every 50 s for 150 s of a 1 min idle timeout: %d sessions, idle for %v", r.Len(), r.IdleFor(s))
+		}
+		time.Sleep(59 * time.Second)
+		synctest.Wait()
+		if r.Len() != 1 {
+			t.Fatal("ended less than an idle timeout after the last touch")
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if r.Len() != 0 || slot.n.Load() != 1 {
+			t.Fatalf("a touch held the session: %d live, slot released %d times", r.Len(), slot.n.Load())
+		}
+	})
+}
