@@ -33,6 +33,9 @@ func (h *Hub) proxyCommand(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, h.opts.MaxUploadSize)
+		if !h.checkUpload(w, r) { // the zip's decompressed size is bounded too
+			return
+		}
 	}
 	h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, s)))
 }

@@ -1,0 +1,183 @@
+package hub
+
+import (
+	"archive/zip"
+	"bytes"
+	"compress/flate"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/websummoner/websummoner/internal/queue"
+)
+
+// zipOf is a zip of the named contents, deflated, as Selenium makes one.
+func zipOf(t *testing.T, files map[string][]byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for name, data := range files {
+		f, err := zw.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// lyingZip is a zip of one deflated entry of n zero bytes whose headers
+// declare 10 bytes, compressed and not.
+func lyingZip(t *testing.T, n int) []byte {
+	t.Helper()
+	var deflated bytes.Buffer
+	fw, _ := flate.NewWriter(&deflated, flate.BestCompression)
+	zeros := make([]byte, n)
+	fw.Write(zeros)
+	fw.Close()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	w, err := zw.CreateRaw(&zip.FileHeader{Name: "small.txt", Method: zip.Deflate, CRC32: crc32.ChecksumIEEE(zeros),
+		CompressedSize64: 10, UncompressedSize64: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(deflated.Bytes())
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func uploadBody(zipped []byte) string {
+	return `{"file":"` + base64.StdEncoding.EncodeToString(zipped) + `"}`
+}
+
+// A zip's decompressed size is bounded by -max-upload-size, counting the bytes
+// that come out (not what the headers declare) and stopping just past the
+// limit; a zip of many entries is refused; what is not a base64 zip in JSON
+// is left to the driver (issue 33).
+func TestCheckUploadBody(t *testing.T) {
+	const limit = 1 << 20
+	bomb := zipOf(t, map[string][]byte{"a.txt": make([]byte, 64<<20)})
+	if len(bomb) > 1<<20 {
+		t.Fatalf("the bomb is %d bytes, not a small zip", len(bomb))
+	}
+	many := map[string][]byte{}
+	for i := range maxUploadEntries + 1 {
+		many[fmt.Sprintf("f%d.txt", i)] = []byte("x")
+	}
+	split := map[string][]byte{}
+	for i := range 4 {
+		split[fmt.Sprintf("part%d.bin", i)] = make([]byte, limit/3)
+	}
+	for _, c := range []struct {
+		name, body string
+		tooLarge   bool
+		refused    string // an error containing this, when not tooLarge
+	}{
+		{name: "bomb", body: uploadBody(bomb), tooLarge: true},
+		{name: "headers lie", body: uploadBody(lyingZip(t, 4<<20)), tooLarge: true},
+		{name: "entries add up", body: uploadBody(zipOf(t, split)), tooLarge: true},
+		{name: "file key in another case", body: `{"file":"UEsDBA==","FILE":"` + base64.StdEncoding.EncodeToString(bomb) + `"}`, tooLarge: true},
+		{name: "duplicate file key", body: `{"file":"` + base64.StdEncoding.EncodeToString(bomb) + `","file":"UEsDBA=="}`, tooLarge: true},
+		{name: "many entries", body: uploadBody(zipOf(t, many)), refused: "65 entries"},
+		{name: "one file", body: uploadBody(zipOf(t, map[string][]byte{"a.txt": make([]byte, limit)}))},
+		{name: "a few files", body: uploadBody(zipOf(t, map[string][]byte{"a.txt": []byte("a"), "b.txt": []byte("b")}))},
+		{name: "not JSON", body: "PK\x03\x04"},
+		{name: "not an object", body: `["file"]`},
+		{name: "not base64", body: `{"file":"%%%"}`},
+		{name: "not a zip", body: `{"file":"UEsDBA=="}`},
+		{name: "file not a string", body: `{"file":{"a":1}}`},
+	} {
+		n, err := checkUploadBody([]byte(c.body), limit)
+		switch {
+		case c.tooLarge:
+			if !errors.Is(err, errUploadTooLarge) {
+				t.Errorf("%s: err = %v, want the decompressed size refused", c.name, err)
+			}
+			if n != limit+1 {
+				t.Errorf("%s: %d bytes decompressed; the check must stop just past the limit (%d)", c.name, n, limit+1)
+			}
+		case c.refused != "":
+			if err == nil || errors.Is(err, errUploadTooLarge) || !strings.Contains(err.Error(), c.refused) {
+				t.Errorf("%s: err = %v, want a refusal containing %q", c.name, err, c.refused)
+			}
+		case err != nil:
+			t.Errorf("%s: refused: %v", c.name, err)
+		}
+	}
+}
+
+// Through the hub: a zip bomb under -max-upload-size is 413 naming the flag and
+// the decompressed size, and never reaches the driver; an upload that passes
+// reaches the driver byte for byte as the client sent it, with its length or
+// chunked.
+func TestUploadDecompressedSizeBounded(t *testing.T) {
+	got := make(chan []byte, 8)
+	l := &stubLauncher{wrap: func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.URL.Path, "/file") {
+				data, err := io.ReadAll(r.Body)
+				if err != nil {
+					t.Errorf("the driver's read of the upload: %v", err)
+				}
+				got <- data
+				r.Body = io.NopCloser(bytes.NewReader(data))
+			}
+			h.ServeHTTP(w, r)
+		})
+	}}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{MaxUploadSize: 1 << 20}, l)
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+
+	bomb := uploadBody(zipOf(t, map[string][]byte{"a.txt": make([]byte, 8<<20)}))
+	resp, body := f.do("POST", "/session/"+id+"/se/file", bomb)
+	if code, msg := errOf(body); resp.StatusCode != 413 || code != "invalid argument" ||
+		!strings.Contains(msg, "-max-upload-size 1 MiB") || !strings.Contains(msg, "decompressed size") {
+		t.Fatalf("zip bomb: %d %q %q", resp.StatusCode, code, msg)
+	}
+	select {
+	case data := <-got:
+		t.Fatalf("the driver got a refused upload of %d bytes", len(data))
+	default:
+	}
+
+	// Not compact JSON, odd spacing and an extra member: what the driver gets is
+	// exactly this, not a re-encoding.
+	zipped := zipOf(t, map[string][]byte{"report.txt": []byte("hello, driver")})
+	sent := "{ \"file\" :\n\"" + base64.StdEncoding.EncodeToString(zipped) + "\", \"extra\": [1, 2.50] }"
+	for _, chunked := range []bool{false, true} {
+		var src io.Reader = strings.NewReader(sent)
+		if chunked {
+			src = io.MultiReader(src) // no length known: sent chunked
+		}
+		req, _ := http.NewRequest("POST", f.srv.URL+"/session/"+id+"/se/file", src)
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if r.StatusCode != 200 {
+			t.Fatalf("chunked=%v: %d %s", chunked, r.StatusCode, answer)
+		}
+		if data := <-got; !bytes.Equal(data, []byte(sent)) {
+			t.Fatalf("chunked=%v: the driver got %q, the client sent %q", chunked, data, sent)
+		}
+	}
+	if f.sess.Len() != 1 {
+		t.Fatal("a refused upload ended the session")
+	}
+}
