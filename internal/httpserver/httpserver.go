@@ -80,6 +80,7 @@ type Server struct {
 	closing    bool  // Shutdown has begun
 	lanes      int   // lanes not yet ended (lane.go)
 	laneEvents chan struct{}
+	side       map[*sheddable]struct{} // taken-over connections that may be shed
 }
 
 // conn is what the server knows of one connection.
@@ -146,7 +147,7 @@ func New(opts Options, h http.Handler, logger *slog.Logger) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opts: opts, log: logger, conns: map[net.Conn]*conn{}, limit: RaiseFileLimit(), laneEvents: make(chan struct{}, 1)}
+	s := &Server{opts: opts, log: logger, conns: map[net.Conn]*conn{}, side: map[*sheddable]struct{}{}, limit: RaiseFileLimit(), laneEvents: make(chan struct{}, 1)}
 	if opts.FileLimit > 0 {
 		s.limit = min(s.limit, opts.FileLimit)
 	}
@@ -235,7 +236,7 @@ func (s *Server) track(c net.Conn, st http.ConnState) {
 			info.state, info.since = st, time.Now()
 		}
 	}
-	n := len(s.conns)
+	n := len(s.conns) + len(s.side)
 	g := s.gate
 	s.mu.Unlock()
 	if g != nil && st != http.StateNew && st != http.StateActive {
@@ -259,7 +260,7 @@ func (s *Server) track(c net.Conn, st http.ConnState) {
 // when accepting failed for want of descriptors: both may call for shedding.
 func (s *Server) gateHeld(held int) {
 	s.mu.Lock()
-	n := len(s.conns)
+	n := len(s.conns) + len(s.side)
 	s.mu.Unlock()
 	if held < 0 || n+held >= s.limit-s.opts.Reserve {
 		s.shed()
@@ -268,8 +269,10 @@ func (s *Server) gateHeld(held int) {
 
 // shed closes the connections that do no work, so that descriptors go to those
 // that do: idle keep-alive connections, connections that have sent nothing or
-// no complete headers for a second, and requests whose body has trickled for a
-// second. Queued clients, whose bodies are read, and running commands are kept.
+// no complete headers for a second, requests whose body has trickled for a
+// second, and every registered watcher (Sheddable); then, newest first, as
+// many registered workers as it takes to get back under the reserve. Queued
+// clients, whose bodies are read, and running commands are kept.
 func (s *Server) shed() {
 	now := time.Now()
 	shedHeld := 0
@@ -294,9 +297,95 @@ func (s *Server) shed() {
 	for _, c := range victims {
 		_ = c.c.Close()
 	}
-	if n := len(victims) + shedHeld; n > 0 {
+	side := s.shedSide(len(victims), g)
+	if n := len(victims) + shedHeld; n > 0 || side > 0 {
 		logtag.Event(s.log, slog.LevelWarn, "", "CONNECTIONS_SHED", fmt.Sprintf("%d idle or slow connections closed", n),
-			fmt.Sprintf("descriptors near the limit of %d", s.limit))
+			fmt.Sprintf("%d side-channel sockets closed", side), fmt.Sprintf("descriptors near the limit of %d", s.limit))
+	}
+}
+
+// shedSide closes every registered watcher, then the newest workers while the
+// connections left (closed ones not counted) are still within the reserve; it
+// returns how many it closed.
+func (s *Server) shedSide(closed int, g *gate) int {
+	held := 0
+	if g != nil {
+		held = g.count()
+	}
+	s.mu.Lock()
+	n := len(s.conns) - closed + len(s.side) + held
+	var workers, victims []*sheddable
+	for sc := range s.side {
+		if sc.rank == ShedWatcher {
+			victims = append(victims, sc)
+			delete(s.side, sc)
+			n--
+		} else {
+			workers = append(workers, sc)
+		}
+	}
+	// Newest first: a client's long-standing DevTools connection outlasts a
+	// flood of new ones.
+	sort.Slice(workers, func(i, j int) bool { return workers[i].since.After(workers[j].since) })
+	for _, sc := range workers {
+		if n < s.limit-s.opts.Reserve {
+			break
+		}
+		victims = append(victims, sc)
+		delete(s.side, sc)
+		n--
+	}
+	s.mu.Unlock()
+	for _, sc := range victims {
+		sc.close()
+	}
+	return len(victims)
+}
+
+// ShedRank says how readily a connection registered with Sheddable is shed
+// when descriptors run short.
+type ShedRank int
+
+const (
+	// ShedWatcher is a connection its client only watches through (a live log
+	// or a screen): every one is closed when descriptors run short, with the
+	// idle connections.
+	ShedWatcher ShedRank = iota
+	// ShedWorker is a connection its client works through (a DevTools or BiDi
+	// socket): closed, newest first, only as many as it takes to get back
+	// under the reserve once the idle connections and watchers are gone.
+	ShedWorker
+)
+
+// sheddable is a connection registered with Sheddable.
+type sheddable struct {
+	rank  ShedRank
+	since time.Time
+	close func()
+}
+
+// Sheddable registers a long-lived connection of the request ctx belongs to
+// (a WebSocket hijacked from it, or an endless streamed answer) with the
+// Server serving that request, which counts it against the descriptor limit
+// and may call close to end it when descriptors run short; close must make
+// the connection's handler end and its descriptors close, and be harmless
+// once the connection has ended: it is called at most once, possibly as done
+// runs. Call done when the connection ends. A request no Server of this
+// package serves registers nothing, and done does nothing.
+func Sheddable(ctx context.Context, rank ShedRank, close func()) (done func()) {
+	info, _ := ctx.Value(connKey{}).(*conn)
+	if info == nil || info.srv == nil {
+		return func() {}
+	}
+	s := info.srv
+	sc := &sheddable{rank: rank, since: time.Now(), close: close}
+	s.mu.Lock()
+	s.side[sc] = struct{}{}
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.side, sc)
+		s.mu.Unlock()
 	}
 }
 
