@@ -5,12 +5,17 @@ package launcher
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -167,7 +172,76 @@ func LogFile(opts webdriver.Options, sessionID string) string {
 	if opts.LogName != "" {
 		return opts.LogName
 	}
-	return sessionID + ".log"
+	return SafeName(sessionID) + ".log"
+}
+
+// SafeName is a session id made fit to be part of a file name: the id is the
+// driver's, and a driver is not trusted, so a '/' or a leading '.' must not
+// make it a path. Letters, digits, '.', '_' and '-' stay; the rest become '_'.
+func SafeName(id string) string {
+	b := []byte(id)
+	for k, c := range b {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' || c == '.' && k > 0) {
+			b[k] = '_'
+		}
+	}
+	if len(b) == 0 {
+		return "_"
+	}
+	return string(b[:min(len(b), 200)])
+}
+
+// keptNames are the names tried, in order, for a kept file asked to be name:
+// name itself, then name with "-<session id>" before its extension, then that
+// with a random suffix, for a name someone took on purpose.
+func keptNames(name, sessionID string) []string {
+	ext := filepath.Ext(name)
+	stem := strings.TrimSuffix(name, ext)
+	alt := "-" + SafeName(sessionID)
+	stem = stem[:min(len(stem), max(0, 240-len(alt)-len(ext)))] // a file name is at most 255 bytes
+	names := []string{name, stem + alt + ext}
+	for range 4 {
+		tok := make([]byte, 4)
+		_, _ = rand.Read(tok)
+		names = append(names, stem+alt+"-"+hex.EncodeToString(tok)+ext)
+	}
+	return names
+}
+
+// CreateKept creates a kept log or video in dir as name, never replacing a file
+// there (another session's, or anything else): where name exists, the file is
+// created under a name with the session id in it. It returns the file and the
+// name it has; the caller logs when that is not name.
+func CreateKept(dir, name, sessionID string) (*os.File, string, error) {
+	var err error
+	for _, n := range keptNames(name, sessionID) {
+		var f *os.File
+		f, err = os.OpenFile(filepath.Join(dir, n), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err == nil {
+			return f, n, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			break
+		}
+	}
+	return nil, "", fmt.Errorf("creating %s in %s: %w", name, dir, err)
+}
+
+// RenameKept gives the file at tmp its kept name in dir, as CreateKept names
+// it, never replacing a file there: a hard link fails where the name exists,
+// as a rename would not. It returns the name the file has; on an error, tmp
+// is left as it was.
+func RenameKept(tmp, dir, name, sessionID string) (string, error) {
+	var err error
+	for _, n := range keptNames(name, sessionID) {
+		if err = os.Link(tmp, filepath.Join(dir, n)); err == nil {
+			return n, os.Remove(tmp)
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			break
+		}
+	}
+	return "", fmt.Errorf("naming %s %s in %s: %w", tmp, name, dir, err)
 }
 
 // WithDefaults returns o with every zero field set to its default.

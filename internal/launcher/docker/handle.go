@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -92,9 +90,13 @@ func (i *instance) keepLog(ctx context.Context) error {
 		return fmt.Errorf("reading the container's log: %w", err)
 	}
 	defer rc.Close()
-	f, err := os.Create(filepath.Join(i.l.opts.LogDir, launcher.LogFile(i.opts, id)))
+	want := launcher.LogFile(i.opts, id)
+	f, saved, err := launcher.CreateKept(i.l.opts.LogDir, want, id) // never over another session's log
 	if err != nil {
-		return fmt.Errorf("keeping the log: %w", err)
+		return fmt.Errorf("keeping the log: %w (check -log-output-dir)", err)
+	}
+	if saved != want {
+		logtag.Event(i.l.log, slog.LevelWarn, i.requestID, "LOG_RENAMED", fmt.Sprintf("%s exists in -log-output-dir; this session's log is %s", want, saved))
 	}
 	_, err = stdcopy.StdCopy(f, f, rc)
 	if cerr := f.Close(); err == nil {

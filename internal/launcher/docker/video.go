@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/docker/docker/errdefs"
 
 	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/logtag"
 )
 
 // LabelRole marks a container that is not a browser: "recorder" for a video
@@ -113,19 +115,25 @@ func (i *instance) finishVideo(ctx context.Context) (string, error) {
 		if id == "" {
 			return "", nil // no session was created: nothing to keep
 		}
-		final = id + path.Ext(rec.file)
+		final = launcher.SafeName(id) + path.Ext(rec.file)
 	}
 	rc, _, err := l.engine.CopyFromContainer(ctx, rec.id, recordingDir+"/"+rec.file)
 	if err != nil {
 		return final, fmt.Errorf("video %s: the recorder left no file (%v); its log: docker logs %s", final, err, shortID(rec.id))
 	}
 	defer rc.Close()
-	return final, saveVideo(rc, l.opts.VideoDir, final)
+	saved, err := saveVideo(rc, l.opts.VideoDir, final, id)
+	if err == nil && saved != final {
+		logtag.Event(l.log, slog.LevelWarn, i.requestID, "VIDEO_RENAMED", fmt.Sprintf("%s exists in -video-output-dir; this session's video is %s", final, saved))
+	}
+	return saved, err
 }
 
 // saveVideo writes the one file of a tar stream (what the engine copies out of
-// a container) to dir/name, through a hidden temporary name.
-func saveVideo(r io.Reader, dir, name string) error {
+// a container) to dir/name, through a hidden temporary name, and returns the
+// name it has: where name exists (another session's video), one with the
+// session id in it (launcher.RenameKept).
+func saveVideo(r io.Reader, dir, name, sessionID string) (string, error) {
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
@@ -133,7 +141,7 @@ func saveVideo(r io.Reader, dir, name string) error {
 			if errors.Is(err, io.EOF) {
 				err = errors.New("the copy held no file")
 			}
-			return fmt.Errorf("video %s: %w", name, err)
+			return "", fmt.Errorf("video %s: %w", name, err)
 		}
 		if h.Typeflag != tar.TypeReg {
 			continue
@@ -143,19 +151,20 @@ func saveVideo(r io.Reader, dir, name string) error {
 		tmp := filepath.Join(dir, "."+name+"."+hex.EncodeToString(tok)+".part")
 		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 		if err != nil {
-			return fmt.Errorf("video %s: %w (check -video-output-dir)", name, err)
+			return "", fmt.Errorf("video %s: %w (check -video-output-dir)", name, err)
 		}
 		_, err = io.Copy(f, tr)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
+		saved := ""
 		if err == nil {
-			err = os.Rename(tmp, filepath.Join(dir, name))
+			saved, err = launcher.RenameKept(tmp, dir, name, sessionID)
 		}
 		if err != nil {
 			_ = os.Remove(tmp)
-			return fmt.Errorf("video %s: %w", name, err)
+			return "", fmt.Errorf("video %s: %w", name, err)
 		}
-		return nil
+		return saved, nil
 	}
 }

@@ -364,6 +364,7 @@ type instance struct {
 	log       *launcher.Broadcast // the driver's output, live
 	rOpts     webdriver.Options   // the client's options: enableLog, logName
 	logFile   *os.File
+	logKept   bool // under mu: logFile has its session's name; until then it is removed at the end
 	// downloads is the session's own download directory, removed at Stop.
 	downloads string
 	outDone   chan struct{} // closed when every writer of the output pipe is gone
@@ -422,7 +423,17 @@ func (i *instance) SessionCreated(id string, caps json.RawMessage) {
 	if i.logFile == nil {
 		return
 	}
-	_ = os.Rename(i.logFile.Name(), filepath.Join(filepath.Dir(i.logFile.Name()), launcher.LogFile(i.rOpts, id)))
+	want := launcher.LogFile(i.rOpts, id)
+	saved, err := launcher.RenameKept(i.logFile.Name(), filepath.Dir(i.logFile.Name()), want, id)
+	switch {
+	case err != nil:
+		logtag.Event(i.l.log, slog.LevelWarn, id, "LOG_FAILED", err)
+	case saved != want:
+		logtag.Event(i.l.log, slog.LevelWarn, id, "LOG_RENAMED", fmt.Sprintf("%s exists in -log-output-dir; this session's log is %s", want, saved))
+	}
+	i.mu.Lock()
+	i.logKept = saved != "" // the temporary name is gone, or another session may have it now
+	i.mu.Unlock()
 }
 
 // Stop sends SIGINT to the driver's group, waits up to -session-delete-timeout (or
@@ -479,6 +490,12 @@ func (i *instance) discard() {
 func (i *instance) closeLog() {
 	if i.logFile != nil {
 		_ = i.logFile.Close()
+		i.mu.Lock()
+		kept := i.logKept
+		i.mu.Unlock()
+		if !kept { // a start abandoned before its session: nothing of it stays
+			_ = os.Remove(i.logFile.Name())
+		}
 	}
 }
 
