@@ -152,6 +152,8 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 		c.hub.MaxUploadSize = n
 		return nil
 	})
+	fs.IntVar(&c.hub.MaxSideChannelsPerSession, "max-side-channels-per-session", hub.DefaultMaxSideChannelsPerSession, "Most live-log, VNC, DevTools and BiDi connections open at once to one session; one more is refused with 429 (0 = the default)")
+	fs.IntVar(&c.hub.MaxSideChannelsPerClient, "max-side-channels-per-client", hub.DefaultMaxSideChannelsPerClient, "Most live-log, VNC, DevTools and BiDi connections one client (its -htpasswd user, else its IP address) has open at once across sessions; one more is refused with 429 (0 = the default)")
 	fs.DurationVar(&c.sessions.MaxLifetime, "max-session-lifetime", 0, "End any session this long after it started, busy or not (0 = never)")
 
 	fs.DurationVar(&c.launch.StartupTimeout, "service-startup-timeout", launcher.DefaultStartupTimeout, "How long a browser's driver may take to answer after it is started (0 = the default)")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/websummoner/websummoner/internal/httpserver"
 	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/session"
 	"github.com/websummoner/websummoner/internal/webdriver"
@@ -37,7 +38,9 @@ func (h *Hub) devtools(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer h.sessions.Done(s)
+	// Opening counts as a command; after it, traffic through the socket
+	// (proxySocket) keeps the session alive, not the socket being open.
+	h.sessions.Done(s)
 	dt := s.Endpoints().DevTools
 	if dt == nil {
 		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation,
@@ -169,7 +172,7 @@ func (h *Hub) bidi(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer h.sessions.Done(s)
+	h.sessions.Done(s) // as for DevTools: the socket's traffic keeps the session alive
 	if s.BiDiPath == "" {
 		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation,
 			fmt.Sprintf("session %s has no WebDriver BiDi socket: ask for it with the capability \"webSocketUrl\": true", s.ID))
@@ -181,11 +184,23 @@ func (h *Hub) bidi(w http.ResponseWriter, r *http.Request) {
 }
 
 // proxySocket proxies a WebSocket (or plain HTTP) request to target; the socket
-// is closed when the session ends.
+// is closed when the session ends. A WebSocket counts against the side-channel
+// caps, may be shed near the descriptor limit, and each read from its client
+// restarts the session's idle timer: a client working through it is a client,
+// a silent one does not hold the session for ever.
 func (h *Hub) proxySocket(w http.ResponseWriter, r *http.Request, s *session.Session, target *url.URL) {
 	path := "/" + strings.TrimPrefix(target.Path, "/") // JoinPath on an empty path leaves it relative
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		// Cancelling closes the driver's side, and so the client's.
+		done := h.openSide(w, r, s, path, httpserver.ShedWorker, cancel)
+		if done == nil {
+			return
+		}
+		defer done()
+		w = touchWriter{ResponseWriter: w, touch: h.toucher(s)}
+	}
 	go func() {
 		select {
 		case <-s.Ended():

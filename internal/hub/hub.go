@@ -88,6 +88,15 @@ type Options struct {
 	// Load is told of every proxied command and driver start, for sizing the
 	// hub's CPUs to them (package procs). Nil: nobody is told.
 	Load Load
+	// MaxSideChannelsPerSession is -max-side-channels-per-session: the most
+	// WebSockets and live-log streams (/logs/{id}, /vnc/{id}, /devtools/{id},
+	// /session/{id}/se/bidi) open at once to one session; one more is 429.
+	// Zero: DefaultMaxSideChannelsPerSession.
+	MaxSideChannelsPerSession int
+	// MaxSideChannelsPerClient is -max-side-channels-per-client: the same, for
+	// one client (its user under -htpasswd, else its IP address) across all
+	// sessions. Zero: DefaultMaxSideChannelsPerClient.
+	MaxSideChannelsPerClient int
 	// NoLanes is -fast-lanes=false: Go's HTTP server serves every request, a
 	// connection's plain commands after its first included. False: those are
 	// served by the hub's own loop (lane.go), when the connection came through
@@ -147,6 +156,9 @@ func (o Options) Validate() error {
 	if o.RetryCount < 0 {
 		return fmt.Errorf("-retry-count must be at least 1 (got %d)", o.RetryCount)
 	}
+	if o.MaxSideChannelsPerSession < 0 || o.MaxSideChannelsPerClient < 0 {
+		return fmt.Errorf("-max-side-channels-per-session and -max-side-channels-per-client must be 0 (the default) or a positive count (got %d and %d)", o.MaxSideChannelsPerSession, o.MaxSideChannelsPerClient)
+	}
 	if o.MaxUploadSize < 0 {
 		return fmt.Errorf("-max-upload-size must be a positive number of MiB (got %d bytes)", o.MaxUploadSize)
 	}
@@ -168,6 +180,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Version == "" {
 		o.Version = "dev"
+	}
+	if o.MaxSideChannelsPerSession == 0 {
+		o.MaxSideChannelsPerSession = DefaultMaxSideChannelsPerSession
+	}
+	if o.MaxSideChannelsPerClient == 0 {
+		o.MaxSideChannelsPerClient = DefaultMaxSideChannelsPerClient
 	}
 	if o.Load == nil {
 		o.Load = noLoad{}
@@ -206,6 +224,7 @@ type Hub struct {
 	router    *mux.Router
 	m         *metrics
 	hangups   hangup.Watcher // clients of detached waiting requests
+	side      sideChannels   // open side channels, against their caps
 
 	started  time.Time
 	requests atomic.Uint64

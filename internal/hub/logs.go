@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/net/websocket"
 
+	"github.com/websummoner/websummoner/internal/httpserver"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
@@ -35,13 +36,14 @@ func (h *Hub) logs(w http.ResponseWriter, r *http.Request) {
 	h.serveKept(w, r, h.opts.LogDir, name, logFiles)
 }
 
-// followLog streams a live session's output.
+// followLog streams a live session's output. Watching does not keep a session
+// alive: its idle timer runs as if nobody watched, and the stream ends with it.
 func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {
 	s, ok := h.beginID(w, r, id)
 	if !ok {
 		return
 	}
-	defer h.sessions.Done(s)
+	h.sessions.Done(s) // a viewer is not a client: an open view must not hold the session and its slot
 	src := s.Endpoints().Log
 	if src == nil {
 		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation, fmt.Sprintf("session %s has no live output to follow", id))
@@ -49,6 +51,12 @@ func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	// Ending the follow ends the stream, and the socket with it.
+	done := h.openSide(w, r, s, "live log", httpserver.ShedWatcher, cancel)
+	if done == nil {
+		return
+	}
+	defer done()
 	go func() {
 		select {
 		case <-s.Ended():

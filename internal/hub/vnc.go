@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/net/websocket"
 
+	"github.com/websummoner/websummoner/internal/httpserver"
 	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
@@ -44,6 +45,12 @@ func (h *Hub) vnc(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	// Cancelling closes both sides (the handler below waits on ctx).
+	done := h.openSide(w, r, s, "VNC", httpserver.ShedWatcher, cancel)
+	if done == nil {
+		return
+	}
+	defer done()
 	conn, err := dialRetry(ctx, target.Host, vncDialTimeout)
 	if err != nil {
 		h.sideChannelDown(w, s, "VNC", target, err)

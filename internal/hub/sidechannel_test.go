@@ -1,0 +1,224 @@
+package hub
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/queue"
+)
+
+// stream is a side-channel request served in the bubble: done is closed when
+// its handler returns, after which code and body may be read.
+type stream struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	rec    *httptest.ResponseRecorder
+}
+
+// openStream serves GET path from addr (a client's IP and port) on a goroutine,
+// as a live-log viewer's streamed request.
+func openStream(f *fixture, path, addr string) *stream {
+	ctx, cancel := context.WithCancel(context.Background())
+	req := httptest.NewRequest("GET", path, nil).WithContext(ctx)
+	req.RemoteAddr = addr
+	s := &stream{cancel: cancel, done: make(chan struct{}), rec: httptest.NewRecorder()}
+	go func() {
+		defer close(s.done)
+		f.hub.ServeHTTP(s.rec, req)
+	}()
+	synctest.Wait()
+	return s
+}
+
+// refusedWith says the stream was answered at once with a W3C 429 whose
+// message names flag.
+func (s *stream) refusedWith(t *testing.T, flag string) {
+	t.Helper()
+	select {
+	case <-s.done:
+	default:
+		t.Fatalf("a side channel past the cap was opened; want 429 naming %s", flag)
+	}
+	var body map[string]any
+	_ = json.Unmarshal(s.rec.Body.Bytes(), &body)
+	if code, msg := errOf(body); s.rec.Code != http.StatusTooManyRequests || code == "" || !strings.Contains(msg, flag) {
+		t.Fatalf("past the cap: %d %q %q, want 429 naming %s", s.rec.Code, code, msg, flag)
+	}
+}
+
+func (s *stream) open(t *testing.T) {
+	t.Helper()
+	select {
+	case <-s.done:
+		t.Fatalf("a side channel within the caps was refused: %d %s", s.rec.Code, s.rec.Body)
+	default:
+	}
+}
+
+// Side channels are capped per session and per client (its IP address here),
+// with a W3C 429 naming the flag to raise; a closed one gives its place back.
+func TestSideChannelCaps(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &stubLauncher{mem: newMemTransport(), sides: func(e *launcher.Endpoints) { e.Log = launcher.NewBroadcast() }}
+		f := newFixture(t, queue.Options{Limit: 2}, Options{MaxSideChannelsPerSession: 2, MaxSideChannelsPerClient: 3}, l)
+		var ids []string
+		for range 2 {
+			_, body := f.do("POST", "/session", w3cChrome)
+			ids = append(ids, body["value"].(map[string]any)["sessionId"].(string))
+		}
+		a1, a2 := openStream(f, "/logs/"+ids[0], "192.0.2.1:1000"), openStream(f, "/logs/"+ids[0], "192.0.2.1:1001")
+		a1.open(t)
+		a2.open(t)
+		openStream(f, "/logs/"+ids[0], "192.0.2.9:1000").refusedWith(t, "-max-side-channels-per-session")
+		openStream(f, "/logs/"+ids[1], "192.0.2.1:1002").open(t)
+		openStream(f, "/logs/"+ids[1], "192.0.2.1:1003").refusedWith(t, "-max-side-channels-per-client")
+		openStream(f, "/logs/"+ids[1], "192.0.2.2:1000").open(t) // another client
+		a1.cancel()
+		<-a1.done
+		openStream(f, "/logs/"+ids[0], "192.0.2.1:1004").open(t) // a1's place, given back, for the session and the client
+		f.sess.EndAll("shutdown")
+		synctest.Wait()
+		f.hub.side.mu.Lock()
+		left := len(f.hub.side.bySession) + len(f.hub.side.byClient)
+		f.hub.side.mu.Unlock()
+		if left != 0 {
+			t.Fatalf("side channels still counted after every session ended: %v %v", f.hub.side.bySession, f.hub.side.byClient)
+		}
+	})
+}
+
+// A live-log viewer does not keep its session alive: with a viewer open the
+// session still ends an idle timeout after its last command, and the stream
+// with it.
+func TestLogViewerDoesNotKeepSessionAlive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &stubLauncher{mem: newMemTransport(), sides: func(e *launcher.Endpoints) { e.Log = launcher.NewBroadcast() }}
+		f := newFixture(t, queue.Options{Limit: 1}, Options{IdleTimeout: time.Minute}, l)
+		_, body := f.do("POST", "/session", w3cChrome)
+		id := body["value"].(map[string]any)["sessionId"].(string)
+		view := openStream(f, "/logs/"+id, "192.0.2.1:1000")
+		view.open(t)
+		time.Sleep(61 * time.Second)
+		synctest.Wait()
+		if f.sess.Len() != 0 || f.q.Stats().InUse != 0 {
+			t.Fatal("an open log view kept an idle session and its slot past the idle timeout")
+		}
+		select {
+		case <-view.done:
+		default:
+			t.Fatal("the log stream outlived its session")
+		}
+	})
+}
+
+// upgrades answers a WebSocket request with 101 and a connection whose far
+// end it hands to the test (a DevTools endpoint); other requests go on to next.
+type upgrades struct {
+	next  http.RoundTripper
+	peers chan net.Conn
+}
+
+func (u upgrades) RoundTrip(r *http.Request) (*http.Response, error) {
+	if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		return u.next.RoundTrip(r)
+	}
+	near, far := net.Pipe()
+	u.peers <- far
+	h := http.Header{"Upgrade": {"websocket"}, "Connection": {"Upgrade"}}
+	return &http.Response{StatusCode: http.StatusSwitchingProtocols, Header: h, Body: near, Request: r, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
+}
+
+// hijackable is a client's connection as the hub's handler sees it.
+type hijackable struct {
+	http.ResponseWriter
+	conn net.Conn
+}
+
+func (h hijackable) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return h.conn, bufio.NewReadWriter(bufio.NewReader(h.conn), bufio.NewWriter(h.conn)), nil
+}
+
+// A DevTools client that talks through its socket keeps its session alive
+// (each message restarts the idle timer), but an open silent socket does not:
+// the session ends an idle timeout after the last message, and the socket
+// closes with it.
+func TestDevToolsTrafficKeepsSessionAlive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dt, _ := url.Parse("http://devtools-1:7070")
+		l := &stubLauncher{mem: newMemTransport(), sides: func(e *launcher.Endpoints) { e.DevTools = dt }}
+		f := newFixture(t, queue.Options{Limit: 1}, Options{IdleTimeout: time.Minute}, l)
+		peers := make(chan net.Conn, 1)
+		f.hub.opts.Transport = upgrades{next: l.mem, peers: peers}
+		_, body := f.do("POST", "/session", w3cChrome)
+		id := body["value"].(map[string]any)["sessionId"].(string)
+
+		client, server := net.Pipe()
+		req := httptest.NewRequest("GET", "/devtools/"+id+"/page/p-1", nil)
+		req.Header.Set("Upgrade", "websocket")
+		req.Header.Set("Connection", "Upgrade")
+		served := make(chan struct{})
+		go func() {
+			defer close(served)
+			f.hub.ServeHTTP(hijackable{ResponseWriter: httptest.NewRecorder(), conn: server}, req)
+		}()
+		devtools := <-peers
+		var mu sync.Mutex
+		var got []byte
+		go func() { // DevTools reads what the client sends
+			buf := make([]byte, 64)
+			for {
+				n, err := devtools.Read(buf)
+				mu.Lock()
+				got = append(got, buf[:n]...)
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+		clientGone := make(chan struct{})
+		go func() { // the client reads the 101 and then until its socket closes
+			_, _ = io.Copy(io.Discard, client)
+			close(clientGone)
+		}()
+		for range 3 {
+			time.Sleep(50 * time.Second)
+			if _, err := client.Write([]byte("m")); err != nil {
+				t.Fatalf("the socket closed while its client talked: %v", err)
+			}
+		}
+		synctest.Wait()
+		mu.Lock()
+		through := string(got)
+		mu.Unlock()
+		if f.sess.Len() != 1 || through != "mmm" {
+			t.Fatalf("a client messaging every 50 s through DevTools for 150 s of a 1 min idle timeout: %d sessions, DevTools got %q", f.sess.Len(), through)
+		}
+		time.Sleep(59 * time.Second)
+		synctest.Wait()
+		if f.sess.Len() != 1 {
+			t.Fatal("the session ended less than an idle timeout after the last message")
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if f.sess.Len() != 0 {
+			t.Fatal("an open silent DevTools socket kept its session past the idle timeout")
+		}
+		<-clientGone
+		<-served
+		client.Close()
+		devtools.Close()
+	})
+}
