@@ -38,6 +38,7 @@ import (
 	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/procs"
 	"github.com/websummoner/websummoner/internal/queue"
+	"github.com/websummoner/websummoner/internal/retention"
 	"github.com/websummoner/websummoner/internal/session"
 )
 
@@ -74,6 +75,8 @@ type flagConfig struct {
 	launch   launcher.Options // shared by both launchers
 	process  process.Options
 	docker   docker.Options
+	// logKeep and videoKeep are -log-retention-* and -video-retention-*.
+	logKeep, videoKeep retention.Options
 
 	// ignored are the Selenoid flags accepted and ignored that the command line set.
 	ignored []selenoidFlag
@@ -111,6 +114,10 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.StringVar(&c.docker.VideoImage, "video-recorder-image", "websummoner/recorder:latest", "Image of the video recorder started next to a browser that records (images/recorder/build.sh builds it)")
 	fs.StringVar(&c.logOutputDir, "log-output-dir", "", "Keep the output of sessions that ask (enableLog) in this directory as their logName or <session-id>.log, served at /logs/")
 	fs.BoolVar(&c.launch.SaveAllLogs, "save-all-logs", false, "With -log-output-dir, keep every session's log, asked or not")
+	fs.DurationVar(&c.logKeep.MaxAge, "log-retention-age", 0, "Remove kept logs in -log-output-dir last written longer ago than this, e.g. 168h (0 = keep everything)")
+	fs.Func("log-retention-size", "Remove the oldest kept logs until -log-output-dir holds at most this much, e.g. 10g (0 = keep everything)", retentionSize(&c.logKeep.MaxSize))
+	fs.DurationVar(&c.videoKeep.MaxAge, "video-retention-age", 0, "Remove videos in -video-output-dir written longer ago than this, e.g. 168h (0 = keep everything)")
+	fs.Func("video-retention-size", "Remove the oldest videos until -video-output-dir holds at most this much, e.g. 100g (0 = keep everything)", retentionSize(&c.videoKeep.MaxSize))
 	fs.BoolVar(&c.disableDocker, "disable-docker", false, "Run browsers as local driver processes (image = command line) and never connect to Docker")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit")
 	fs.BoolVar(&c.health, "healthcheck", false, "Ask the hub serving on -listen (on this host) whether it is healthy: exit 0 if /healthz answers 200, else 1 (a container HEALTHCHECK with no shell or curl)")
@@ -195,6 +202,8 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	c.launch.LogDir = c.logOutputDir
 	c.process.Options, c.docker.Options = c.launch, c.launch
 	c.hub.LogDir = c.logOutputDir
+	c.logKeep.Kind, c.logKeep.Dir = "log", c.logOutputDir
+	c.videoKeep.Kind = "video" // its Dir once -video-output-dir is known to be usable (build)
 	if c.admins != "" {
 		c.auth.Admins = strings.Split(c.admins, ",")
 	}
@@ -221,6 +230,8 @@ type program struct {
 	hub        *hub.Hub
 	cpus       *procs.Governor
 	cpusWhy    string // how the hub's Ps were chosen, for the [INIT] line
+
+	retention []*retention.Retention // -log-retention-*, -video-retention-*
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -316,6 +327,14 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 		}
 		launchers.Docker = p.containers
 	}
+	c.videoKeep.Dir = c.hub.VideoDir
+	for _, o := range []retention.Options{c.logKeep, c.videoKeep} {
+		r, err := retention.New(o, p.log, reg)
+		if err != nil {
+			return nil, err
+		}
+		p.retention = append(p.retention, r)
+	}
 	if p.auth, err = auth.New(c.auth); err != nil {
 		return nil, err
 	}
@@ -370,6 +389,9 @@ func (p *program) serve() int {
 		p.containers.Prepare(ctx)
 		go p.containers.Watch(ctx)
 	}
+	for _, r := range p.retention {
+		go r.Run(ctx) // at once, then every minute; nothing without a bound
+	}
 	srv := p.server
 	logtag.Event(log, slog.LevelInfo, "", "INIT", "websummoner "+version, "listening on "+ln.Addr().String(),
 		p.queue.Options().String(), "start-gate "+capacity.ModeFlag{O: &c.gate}.String(), fmt.Sprintf("browsers %v", p.conf.Browsers().Names()), "instance "+c.launch.Instance,
@@ -406,6 +428,22 @@ func (p *program) reload() {
 		return
 	}
 	logtag.Event(p.log, slog.LevelInfo, "", "CONFIG_RELOADED", fmt.Sprintf("browsers %v", p.conf.Browsers().Names()))
+}
+
+// retentionSize binds a -*-retention-size flag: a size such as 10g, or 0.
+func retentionSize(dst *int64) func(string) error {
+	return func(v string) error {
+		if v == "0" {
+			*dst = 0
+			return nil
+		}
+		n, err := docker.ParseSize(v)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%q is not a size such as 10g or 500m (0 keeps everything)", v)
+		}
+		*dst = n
+		return nil
+	}
 }
 
 // healthcheck asks the hub on -listen's port, on loopback, for /healthz.
