@@ -160,8 +160,9 @@ func (o Outcome) Message() string {
 // Slot is one of the -limit slots, held by an admitted request, with the start
 // permit it was admitted with. Release returns it.
 type Slot struct {
-	q        *Queue
-	released atomic.Bool
+	q         *Queue
+	released  atomic.Bool
+	releasing atomic.Bool // Releasing was called: the slot is being torn down
 	started  atomic.Bool // the start permit has been given back
 	admitted time.Time
 	cost     int
@@ -184,7 +185,23 @@ func (s *Slot) Release() {
 		return
 	}
 	s.Started(StartIgnored)
-	s.q.release()
+	s.q.release(s.releasing.Load())
+}
+
+// Releasing says the slot's session has ended and its browser is being torn
+// down: the slot will be released soon. Until then it still counts against
+// -limit (the browser still runs), but a request that arrives meanwhile and
+// would be refused for every slot being busy — a no-wait request, or any
+// request under -disable-queue — waits for it instead: the sequential
+// pattern of a CI run (DELETE, then at once a new session) must find the
+// slot it just gave up. Only the first call counts.
+func (s *Slot) Releasing() {
+	if s == nil || s.released.Load() || !s.releasing.CompareAndSwap(false, true) {
+		return
+	}
+	s.q.mu.Lock()
+	s.q.releasing++
+	s.q.mu.Unlock()
 }
 
 type waiter struct {
@@ -210,7 +227,10 @@ type Queue struct {
 	closed   bool
 	drained  chan struct{} // closed once the queue is closed and no slot is held
 	inUse    int
-	waiters  list.List         // of *waiter, oldest first
+	// releasing counts slots whose session has ended and whose browser is
+	// being torn down (Slot.Releasing): soon free.
+	releasing int
+	waiters   list.List // of *waiter, oldest first
 	lastFast time.Time         // time of the last fast admission; idle = now - lastFast
 	rejected map[Reason]uint64 // refusals so far, by reason (Rejected)
 }
@@ -347,6 +367,12 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 	}
 	out := Outcome{Idle: idle, State: q.stateAt(idle), limit: q.opts.Limit, opts: &q.opts}
 	switch {
+	case (q.opts.Disabled || r.NoWait) && q.releasing > q.waiters.Len():
+		// A slot is being torn down and none of the waiters ahead will take
+		// it: this request waits for it rather than being refused, as it
+		// would have found it free a moment later.
+		out.Budget = q.opts.KeepingUpBudget
+		return q.queueLocked(ctx, r, now, out)
 	case q.opts.Disabled:
 		return nil, q.refuseLocked(r, out, ReasonDisabled), nil
 	case r.NoWait:
@@ -363,6 +389,11 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 	} else {
 		out.Budget = q.opts.KeepingUpBudget
 	}
+	return q.queueLocked(ctx, r, now, out)
+}
+
+// queueLocked puts r at the back of the queue with out's budget, and unlocks.
+func (q *Queue) queueLocked(ctx context.Context, r Request, now time.Time, out Outcome) (*Slot, Outcome, *Waiting) {
 	out.Queued = true
 	w := &waiter{req: r, ctx: ctx, queued: now, ready: make(chan struct{})}
 	w.elem = q.waiters.PushBack(w)
@@ -481,9 +512,12 @@ func (q *Queue) removeLocked(w *waiter) {
 	}
 }
 
-func (q *Queue) release() {
+func (q *Queue) release(releasing bool) {
 	q.mu.Lock()
 	q.inUse--
+	if releasing {
+		q.releasing--
+	}
 	q.dispatchLocked(time.Now())
 	q.drainedLocked()
 	q.mu.Unlock()

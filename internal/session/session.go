@@ -44,6 +44,10 @@ var eventOf = map[string]string{
 // Releaser gives back what a session holds besides its browser: its queue slot.
 type Releaser interface{ Release() }
 
+// releasingSlot is a Releaser told when its session has ended and only the
+// teardown of its browser stands between it and Release (queue.Slot).
+type releasingSlot interface{ Releasing() }
+
 // Session is one live session.
 type Session struct {
 	ID      string
@@ -238,6 +242,11 @@ func (r *Registry) EndThen(id, reason string, removed func()) bool {
 	r.wg.Add(1)
 	r.mu.Unlock()
 	defer r.wg.Done()
+	if rs, ok := s.slot.(releasingSlot); ok {
+		// Before removed: DELETE's answer must mean the slot is as good as
+		// free for the client's next new session.
+		rs.Releasing()
+	}
 	if removed != nil {
 		removed()
 	}
