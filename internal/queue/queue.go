@@ -163,9 +163,9 @@ type Slot struct {
 	q         *Queue
 	released  atomic.Bool
 	releasing atomic.Bool // Releasing was called: the slot is being torn down
-	started  atomic.Bool // the start permit has been given back
-	admitted time.Time
-	cost     int
+	started   atomic.Bool // the start permit has been given back
+	admitted  time.Time
+	cost      int
 }
 
 // Started reports how the browser start ended; from then on the session counts
@@ -223,16 +223,16 @@ type Queue struct {
 	log  *slog.Logger
 	m    *metrics
 
-	mu       sync.Mutex
-	closed   bool
-	drained  chan struct{} // closed once the queue is closed and no slot is held
-	inUse    int
+	mu      sync.Mutex
+	closed  bool
+	drained chan struct{} // closed once the queue is closed and no slot is held
+	inUse   int
 	// releasing counts slots whose session has ended and whose browser is
 	// being torn down (Slot.Releasing): soon free.
 	releasing int
-	waiters   list.List // of *waiter, oldest first
-	lastFast time.Time         // time of the last fast admission; idle = now - lastFast
-	rejected map[Reason]uint64 // refusals so far, by reason (Rejected)
+	waiters   list.List         // of *waiter, oldest first
+	lastFast  time.Time         // time of the last fast admission; idle = now - lastFast
+	rejected  map[Reason]uint64 // refusals so far, by reason (Rejected)
 }
 
 // New returns a queue. Options are resolved here, so raw flag values may be passed.
