@@ -1,0 +1,104 @@
+package netns
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The child side of TestDialIntoSandbox: a server on the loopback of the
+// network namespace it runs in, answering "hello" to each connection.
+func TestMain(m *testing.M) {
+	if os.Getenv("NETNS_TEST_SERVE") != "" {
+		ln, err := net.Listen("tcp", "127.0.0.1:"+os.Getenv("NETNS_TEST_SERVE"))
+		if err != nil {
+			os.Exit(3)
+		}
+		os.Stdout.WriteString("listening\n")
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				os.Exit(0)
+			}
+			c.Write([]byte("hello"))
+			c.Close()
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// A server in a namespace of its own is reached through the sandbox's
+// address, and not on the hub's loopback; a forgotten sandbox's address is
+// refused rather than dialled on the hub's loopback.
+func TestDialIntoSandbox(t *testing.T) {
+	bwrap, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Skip("bubblewrap is not installed (scripts/deps.sh installs it)")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A port nobody listens on in the hub's namespace.
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(probe.Addr().(*net.TCPAddr).Port)
+	probe.Close()
+
+	cmd := exec.Command(bwrap, "--unshare-net", "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", self)
+	cmd.Env = append(os.Environ(), "NETNS_TEST_SERVE="+port)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "listening\n" {
+		t.Fatalf("the sandboxed server did not start: %q %v", line, err)
+	}
+	child, err := Child(context.Background(), cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := New(net.Dialer{Timeout: 5 * time.Second})
+	a, err := d.Add(child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !Holds(a.String()+":"+port) || Holds("127.0.0.1:"+port) {
+		t.Fatalf("Holds is wrong for %v", a)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 3 { // the thread is back in the hub's namespace each time
+		c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(a.String(), port))
+		if err != nil {
+			t.Fatalf("dial %d into the sandbox: %v", i, err)
+		}
+		b, _ := io.ReadAll(c)
+		c.Close()
+		if string(b) != "hello" {
+			t.Fatalf("dial %d: read %q", i, b)
+		}
+	}
+	if c, err := d.DialContext(ctx, "tcp", "127.0.0.1:"+port); err == nil {
+		c.Close()
+		t.Fatal("the sandbox's server is reachable on the hub's own loopback")
+	}
+	d.Remove(a)
+	if _, err := d.DialContext(ctx, "tcp", net.JoinHostPort(a.String(), port)); err == nil || !strings.Contains(err.Error(), "no sandbox holds") {
+		t.Fatalf("a forgotten sandbox: %v", err)
+	}
+}
