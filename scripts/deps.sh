@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 need=()
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
+# Each local driver runs in a sandbox of its own under -htpasswd (-process-sandbox).
+command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 /usr/bin/python3 -c 'import selenium' >/dev/null 2>&1 || need+=(python3-selenium)
 if [ "${1:-}" = test ]; then
   # For the tests only: ffprobe checks recorded videos; Prometheus, promtool and

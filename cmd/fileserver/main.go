@@ -2,6 +2,12 @@
 // Selenoid's image contract has it: GET / lists the downloads directory (?json:
 // a JSON array of names), GET /{file} serves one, DELETE /{file} removes it.
 // The hub proxies /download/{id}/ to it.
+//
+// With -forward it also carries TCP connections from a port to another
+// address (the image's DevTools port 7070 to Chromium's 9222 on the
+// container's loopback). With -allow, both accept connections from the
+// listed addresses and the container's own loopback only: the hub's, so that
+// a page in another session's browser on a shared network reaches neither.
 package main
 
 import (
@@ -9,7 +15,9 @@ import (
 	"flag"
 	"fmt"
 	"html"
+	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -22,12 +30,107 @@ import (
 func main() {
 	dir := flag.String("dir", "/home/selenium/Downloads", "the directory served")
 	listen := flag.String("listen", ":8080", "address to serve on")
+	allowList := flag.String("allow", "", "comma-separated addresses allowed to connect besides loopback; empty: any")
+	forward := flag.String("forward", "", "LISTEN=TARGET: also carry TCP connections from LISTEN to TARGET (e.g. :7070=127.0.0.1:9222)")
 	flag.Parse()
+	allow, err := parseAllow(*allowList)
+	if err != nil {
+		log.Fatal(err)
+	}
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
 		log.Fatal(err)
 	}
-	srv := &http.Server{Addr: *listen, Handler: handler(*dir), ReadHeaderTimeout: 10 * time.Second}
-	log.Fatal(srv.ListenAndServe())
+	if *forward != "" {
+		from, to, ok := strings.Cut(*forward, "=")
+		if !ok {
+			log.Fatalf("-forward %q is not LISTEN=TARGET", *forward)
+		}
+		ln, err := net.Listen("tcp", from)
+		if err != nil {
+			log.Fatal(err)
+		}
+		go relay(allowed{ln, allow}, to)
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := &http.Server{Handler: handler(*dir), ReadHeaderTimeout: 10 * time.Second}
+	log.Fatal(srv.Serve(allowed{ln, allow}))
+}
+
+// parseAllow reads -allow; nil means anyone may connect.
+func parseAllow(list string) ([]net.IP, error) {
+	var out []net.IP
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		ip := net.ParseIP(a)
+		if ip == nil {
+			return nil, fmt.Errorf("-allow: %q is not an IP address", a)
+		}
+		out = append(out, ip)
+	}
+	return out, nil
+}
+
+// allowed is a listener that closes, at once, connections from anyone but
+// loopback and the allowed addresses (none listed: anyone).
+type allowed struct {
+	net.Listener
+	ips []net.IP
+}
+
+func (a allowed) Accept() (net.Conn, error) {
+	for {
+		c, err := a.Listener.Accept()
+		if err != nil || a.permits(c.RemoteAddr()) {
+			return c, err
+		}
+		c.Close()
+	}
+}
+
+func (a allowed) permits(addr net.Addr) bool {
+	if len(a.ips) == 0 {
+		return true
+	}
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	if tcp.IP.IsLoopback() {
+		return true
+	}
+	for _, ip := range a.ips {
+		if ip.Equal(tcp.IP) {
+			return true
+		}
+	}
+	return false
+}
+
+// relay carries every connection accepted on ln to target.
+func relay(ln net.Listener, target string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			log.Fatal(err)
+		}
+		go func() {
+			defer c.Close()
+			t, err := net.DialTimeout("tcp", target, 10*time.Second)
+			if err != nil {
+				return
+			}
+			defer t.Close()
+			done := make(chan struct{}, 2)
+			go func() { _, _ = io.Copy(t, c); done <- struct{}{} }()
+			go func() { _, _ = io.Copy(c, t); done <- struct{}{} }()
+			<-done
+		}()
+	}
 }
 
 func handler(dir string) http.Handler {
@@ -55,7 +158,7 @@ func handler(dir string) http.Handler {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			fmt.Fprint(w, "<!doctype html><pre>\n")
 			for _, n := range names {
-				fmt.Fprintf(w, "<a href=\"%s\">%s</a>\n", url.PathEscape(n), html.EscapeString(n))
+				fmt.Fprintf(w, "<a href=\"./%s\">%s</a>\n", html.EscapeString(url.PathEscape(n)), html.EscapeString(n))
 			}
 			fmt.Fprint(w, "</pre>\n")
 			return

@@ -36,6 +36,7 @@ import (
 	"github.com/websummoner/websummoner/internal/launcher/docker"
 	"github.com/websummoner/websummoner/internal/launcher/process"
 	"github.com/websummoner/websummoner/internal/logtag"
+	"github.com/websummoner/websummoner/internal/netns"
 	"github.com/websummoner/websummoner/internal/procs"
 	"github.com/websummoner/websummoner/internal/queue"
 	"github.com/websummoner/websummoner/internal/retention"
@@ -62,6 +63,7 @@ type flagConfig struct {
 	listen, conf, logLevel, logOutputDir string
 	logFormat                            string
 	disableDocker, showVersion, health   bool
+	processSandbox                       string
 	gracefulPeriod                       time.Duration
 	maxProcs                             int
 
@@ -118,6 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.Func("log-retention-size", "Remove the oldest kept logs until -log-output-dir holds at most this much, e.g. 10g (0 = keep everything)", retentionSize(&c.logKeep.MaxSize))
 	fs.DurationVar(&c.videoKeep.MaxAge, "video-retention-age", 0, "Remove videos in -video-output-dir written longer ago than this, e.g. 168h (0 = keep everything)")
 	fs.Func("video-retention-size", "Remove the oldest videos until -video-output-dir holds at most this much, e.g. 100g (0 = keep everything)", retentionSize(&c.videoKeep.MaxSize))
+	fs.StringVar(&c.processSandbox, "process-sandbox", "auto", "Run each local driver in a sandbox of its own (bubblewrap: own network namespace, unprivileged user, private /tmp, no view of the host's files): on, off, or auto (on under -htpasswd, where more than one user shares the host; the hub refuses to start there without it)")
 	fs.BoolVar(&c.disableDocker, "disable-docker", false, "Run browsers as local driver processes (image = command line) and never connect to Docker")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit")
 	fs.BoolVar(&c.health, "healthcheck", false, "Ask the hub serving on -listen (on this host) whether it is healthy: exit 0 if /healthz answers 200, else 1 (a container HEALTHCHECK with no shell or curl)")
@@ -303,8 +306,16 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	}
 	// One client to drivers for the launchers' readiness polls and the hub's
 	// calls and commands: a driver's connections are one pool.
-	drivers := hub.NewDriverClient()
+	dialer := netns.New(net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second})
+	c.hub.Dial = dialer.DialContext
+	drivers := hub.NewDriverClientDial(dialer.DialContext)
 	c.hub.DriverClient = drivers
+	if c.process.Sandbox, err = processSandbox(c.processSandbox, c.auth.File != "", dialer); err != nil {
+		return nil, err
+	}
+	if c.process.Sandbox == nil && c.auth.File == "" && c.processSandbox != "off" {
+		logtag.Event(p.log, slog.LevelInfo, "", "NO_SANDBOX", "local drivers run as the hub's user, on its loopback: fit for one user (-process-sandbox on, or -htpasswd, sandboxes them)")
+	}
 	c.process.ReadyTransport, c.docker.ReadyTransport = drivers, drivers
 	p.procs = process.New(c.process, p.log)
 	launchers := hub.Launchers{Process: p.procs}
@@ -547,4 +558,29 @@ func hubProcs(flagValue int, env string, avail int) (low, high int, why string) 
 		return low, high, fmt.Sprintf("%d (a quarter of %d CPUs, at least 1; -max-procs sets it)", low, avail)
 	}
 	return low, high, fmt.Sprintf("%d (a quarter of %d CPUs, at least 1; all %d while many commands are in flight or drivers start, or throughout if that measures cheaper a command; -max-procs sets one number)", low, avail, high)
+}
+
+// processSandbox is -process-sandbox: the local drivers' sandbox, or nil.
+// With -htpasswd (more than one user on one host) auto needs one, and the
+// hub refuses to start without it rather than let users reach each other.
+func processSandbox(mode string, multiUser bool, dial *netns.Dialer) (*process.Sandbox, error) {
+	switch mode {
+	case "off":
+		return nil, nil
+	case "on", "auto":
+	default:
+		return nil, fmt.Errorf("-process-sandbox must be on, off or auto (got %q)", mode)
+	}
+	if mode == "auto" && !multiUser {
+		return nil, nil
+	}
+	s, err := process.NewSandbox(dial)
+	switch {
+	case err == nil:
+		return s, nil
+	case mode == "on":
+		return nil, fmt.Errorf("-process-sandbox on: %v", err)
+	default:
+		return nil, fmt.Errorf("-htpasswd shares this host's local drivers between users, and they must each run in a sandbox of their own, which cannot be had: %v; fix that, run browsers in Docker, or give -process-sandbox off to accept that users can reach each other's browsers", err)
+	}
 }

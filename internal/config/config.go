@@ -54,6 +54,14 @@ type Browser struct {
 	// launcher or command-prefix argument, a debugger address, a profile
 	// directory. Off: such capabilities are refused (docs/security.md).
 	AllowClientBinary bool `json:"allowClientBinary,omitempty"`
+	// AllowedNetworks are the Docker networks a client's additionalNetworks
+	// may name; a network not listed is refused. Every session that joins one
+	// shares it with the others that do (docs/security.md).
+	AllowedNetworks []string `json:"allowedNetworks,omitempty"`
+	// AllowedApplicationContainers are the containers a client's
+	// applicationContainers may name; they join the session's own network
+	// while it lives. A container not listed is refused.
+	AllowedApplicationContainers []string `json:"allowedApplicationContainers,omitempty"`
 }
 
 // Image is either a Docker image name or a local command line.

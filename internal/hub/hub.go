@@ -81,6 +81,10 @@ type Options struct {
 	// rest (large uploads, side channels). Tests give an in-memory one to run
 	// in fake time.
 	Transport http.RoundTripper
+	// Dial opens every connection to a driver and its side services. Nil: a
+	// net.Dialer. A hub with sandboxed local drivers dials through a
+	// netns.Dialer, which reaches each sandbox's own loopback.
+	Dial DialFunc
 	// DriverClient is the hub's own client to drivers, when the launchers
 	// share it (launcher.Options.ReadyTransport). Nil: a client of the hub's
 	// own. Ignored when Transport is set.
@@ -103,6 +107,9 @@ type Options struct {
 	// an httpserver.Server and basic authentication is off.
 	NoLanes bool
 }
+
+// DialFunc opens a connection, as net.Dialer.DialContext does.
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
 // Load hears what keeps the hub busy; its methods are called on the
 // per-command path, so they must cost next to nothing.
@@ -190,9 +197,12 @@ func (o Options) withDefaults() Options {
 	if o.Load == nil {
 		o.Load = noLoad{}
 	}
+	if o.Dial == nil {
+		o.Dial = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
 	if o.Transport == nil {
 		o.Transport = &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			DialContext:         o.Dial,
 			MaxIdleConns:        1024,
 			MaxIdleConnsPerHost: 8,
 			IdleConnTimeout:     90 * time.Second,
@@ -256,7 +266,7 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 	case opts.DriverClient != nil:
 		h.wire = opts.DriverClient.w
 	default:
-		h.wire = newWire()
+		h.wire = newWireDial(opts.Dial)
 	}
 	h.client = &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	h.proxy = &httputil.ReverseProxy{

@@ -31,7 +31,7 @@ import (
 // and allocations were most of what the hub added to a command. Requests with
 // bodies over wireMaxBody, or of unknown length, take the Transport.
 type wire struct {
-	dialer net.Dialer
+	dial   DialFunc
 	mu     sync.Mutex
 	idle   map[string][]*wireConn // by host:port, most recent last
 	total  int                    // idle connections in all
@@ -78,8 +78,14 @@ const (
 	wireInlineBody = 4 << 10
 )
 
-func newWire() *wire {
-	return &wire{dialer: net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}, idle: map[string][]*wireConn{}}
+func newWire() *wire { return newWireDial(nil) }
+
+// newWireDial is newWire dialling through dial (nil: a plain net.Dialer).
+func newWireDial(dial DialFunc) *wire {
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	return &wire{dial: dial, idle: map[string][]*wireConn{}}
 }
 
 func (wr *wire) get(ctx context.Context, host string) (*wireConn, bool, error) {
@@ -104,7 +110,7 @@ func (wr *wire) get(ctx context.Context, host string) (*wireConn, bool, error) {
 		}
 		return c, true, nil
 	}
-	c, err := wr.dialer.DialContext(ctx, "tcp", host)
+	c, err := wr.dial(ctx, "tcp", host)
 	if err != nil {
 		return nil, false, err
 	}
@@ -451,6 +457,10 @@ type DriverClient struct{ w *wire }
 
 // NewDriverClient returns a client with an empty connection pool.
 func NewDriverClient() *DriverClient { return &DriverClient{w: newWire()} }
+
+// NewDriverClientDial is NewDriverClient connecting through dial: the
+// process launcher's sandboxes are reached through a netns.Dialer.
+func NewDriverClientDial(dial DialFunc) *DriverClient { return &DriverClient{w: newWireDial(dial)} }
 
 // ForgetHost closes the idle connections to host: a start that failed after
 // its poll leaves none to whatever answered on the port (launcher.HostForgetter).

@@ -101,3 +101,32 @@ func TestCheckClient(t *testing.T) {
 		t.Error("allowClientBinary let a loader variable through")
 	}
 }
+
+// additionalNetworks and applicationContainers reach only what the operator
+// named in browsers.json: an internal network or another user's container
+// (its id is in /status) is refused before the request queues.
+func TestNetworksAndContainersFromTheOperatorOnly(t *testing.T) {
+	b := config.Resolved{Name: "chrome", Version: "1", Browser: &config.Browser{
+		AllowedNetworks: []string{"apps"}, AllowedApplicationContainers: []string{"db"}}}
+	for _, c := range []struct {
+		name string
+		o    webdriver.Options
+		want string
+	}{
+		{"listed network", webdriver.Options{AdditionalNetworks: []string{"apps"}}, ""},
+		{"unlisted network", webdriver.Options{AdditionalNetworks: []string{"apps", "internal-secrets"}}, `additionalNetworks "internal-secrets" is not a network the operator lets`},
+		{"listed container", webdriver.Options{ApplicationContainers: []string{"db"}}, ""},
+		{"another session's container", webdriver.Options{ApplicationContainers: []string{"websummoner-hub-1-abc"}}, `applicationContainers "websummoner-hub-1-abc" is not a container the operator lets`},
+	} {
+		err := CheckClient(b, c.o, nil)
+		var ae *webdriver.ArgumentError
+		if c.want == "" && err != nil || c.want != "" && (!errors.As(err, &ae) || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	// Nothing listed: nothing joinable.
+	none := config.Resolved{Name: "chrome", Version: "1", Browser: &config.Browser{}}
+	if err := CheckClient(none, webdriver.Options{AdditionalNetworks: []string{"bridge"}}, nil); err == nil {
+		t.Error("a network joined with no allowedNetworks in browsers.json")
+	}
+}

@@ -67,6 +67,18 @@ func CheckClient(b config.Resolved, o webdriver.Options, caps map[string]any) er
 	if net := o.Networking(); len(net) > 0 && b.Browser != nil && b.Image.IsCommand() {
 		return &webdriver.ArgumentError{Msg: fmt.Sprintf("%s runs as a local driver process, where %s cannot apply; they work for browsers in containers", b, strings.Join(net, ", "))}
 	}
+	if b.Browser != nil {
+		for _, n := range o.AdditionalNetworks {
+			if !slices.Contains(b.AllowedNetworks, n) {
+				return &webdriver.ArgumentError{Msg: fmt.Sprintf("additionalNetworks %q is not a network the operator lets %s join; networks and containers are named in browsers.json (\"allowedNetworks\"), never by a client alone (docs/security.md)", n, b)}
+			}
+		}
+		for _, c := range o.ApplicationContainers {
+			if !slices.Contains(b.AllowedApplicationContainers, c) {
+				return &webdriver.ArgumentError{Msg: fmt.Sprintf("applicationContainers %q is not a container the operator lets %s reach; containers are named in browsers.json (\"allowedApplicationContainers\"), never by a client alone (docs/security.md)", c, b)}
+			}
+		}
+	}
 	if o.EnableVideo && b.Browser != nil && b.Image.IsCommand() {
 		return &webdriver.ArgumentError{Msg: fmt.Sprintf("%s runs as a local driver process, which has no screen to record; enableVideo works for browsers in containers (docs/live-view.md)", b)}
 	}

@@ -119,6 +119,7 @@ type Launcher struct {
 	live      map[string]*instance // container id → instance
 	recorders map[string]*instance // recorder container id → its browser's instance
 	creating  map[string]bool      // container names being created
+	networks  map[string]bool      // sessions' own networks, while their container lives
 }
 
 // New returns a Docker launcher. Run must be called for the health check, the
@@ -146,6 +147,7 @@ func New(opts Options, engine Engine, logger *slog.Logger, reg prometheus.Regist
 		live:      map[string]*instance{},
 		recorders: map[string]*instance{},
 		creating:  map[string]bool{},
+		networks:  map[string]bool{},
 	}
 	l.upErr.Store("not checked yet")
 	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -220,26 +222,23 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 	_, _ = rand.Read(token)
 	session := r.ID + "-" + hex.EncodeToString(token)
 	cname := "websummoner-" + l.opts.Instance + "-" + session
-	cfg, host, err := l.containerConfig(r, session, side)
-	if err != nil {
-		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: r.Browser.String(), Msg: err.Error()}
-	}
-
+	// Marked first: the sweep spares a network and a container by this name
+	// while they are being made.
 	l.mu.Lock()
 	l.creating[cname] = true
 	l.mu.Unlock()
-	created, err := l.engine.ContainerCreate(ctx, cfg, host, l.networking(), nil, cname)
-	if err != nil {
-		l.mu.Lock()
-		delete(l.creating, cname)
-		l.mu.Unlock()
-		return nil, l.startErr(ctx, r.Browser, launcher.PhaseStart, "creating the container", err)
-	}
-	inst := &instance{l: l, id: created.ID, name: cname, exited: make(chan struct{}), opts: r.Options, requestID: r.ID}
+	created, netName, err := l.create(ctx, r, cname, session, side)
+	var inst *instance
 	l.mu.Lock()
-	l.live[created.ID] = inst
 	delete(l.creating, cname)
+	if err == nil {
+		inst = &instance{l: l, id: created.ID, name: cname, network: netName, exited: make(chan struct{}), opts: r.Options, requestID: r.ID}
+		l.live[created.ID] = inst
+	}
 	l.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 
 	endpoints, err := l.run(ctx, inst, r, session, side)
 	if err != nil {
@@ -253,6 +252,60 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 	l.mu.Unlock()
 	logtag.Event(l.log, slog.LevelDebug, r.ID, "CONTAINER_STARTED", r.Browser, shortID(created.ID), endpoints.Driver.Host)
 	return inst, nil
+}
+
+// create makes the session's own network (without -container-network) and
+// the container on it, with the addresses the hub comes from in its
+// environment. On failure nothing it made is left.
+func (l *Launcher) create(ctx context.Context, r launcher.Request, cname, session string, side []nat.Port) (container.CreateResponse, string, error) {
+	var none container.CreateResponse
+	netName, gateway := l.sessionNetwork(cname), ""
+	shared := l.opts.Network
+	if netName != "" {
+		gw, err := l.createNetwork(ctx, netName, session)
+		if err != nil {
+			_ = l.removeNetwork(context.WithoutCancel(ctx), netName)
+			return none, "", l.startErr(ctx, r.Browser, launcher.PhaseStart, "isolating the session", err)
+		}
+		l.mu.Lock()
+		l.networks[netName] = true
+		l.mu.Unlock()
+		gateway, shared = gw, ""
+	}
+	fail := func(what string, err error) (container.CreateResponse, string, error) {
+		_ = l.dropNetwork(context.WithoutCancel(ctx), netName)
+		return none, "", l.startErr(ctx, r.Browser, launcher.PhaseStart, what, err)
+	}
+	hub, err := l.hubAddresses(ctx, shared, gateway)
+	if err != nil {
+		return fail("finding the hub's addresses", err)
+	}
+	cfg, host, err := l.containerConfig(r, session, side)
+	if err != nil {
+		_ = l.dropNetwork(context.WithoutCancel(ctx), netName)
+		return none, "", &launcher.StartError{Phase: launcher.PhaseStart, Browser: r.Browser.String(), Msg: err.Error()}
+	}
+	cfg.Env = append(cfg.Env, HubAddressesEnv+"="+hub)
+	netCfg := l.networking()
+	if netName != "" {
+		host.NetworkMode = container.NetworkMode(netName)
+		host.Links = nil // application containers join the session's network instead
+		netCfg = &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{netName: {}}}
+	}
+	created, err := l.engine.ContainerCreate(ctx, cfg, host, netCfg, nil, cname)
+	if err != nil {
+		return fail("creating the container", err)
+	}
+	if netName != "" {
+		if err := l.connectApplications(ctx, netName, r.Options.ApplicationContainers); err != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.StopTimeout)
+			_ = l.engine.ContainerRemove(rctx, created.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+			cancel()
+			_ = l.dropNetwork(context.WithoutCancel(ctx), netName)
+			return none, "", &launcher.StartError{Phase: launcher.PhaseStart, Browser: r.Browser.String(), Err: err, Msg: err.Error()}
+		}
+	}
+	return created, netName, nil
 }
 
 // run starts a created container and waits until its driver answers.

@@ -23,6 +23,7 @@ type instance struct {
 	l         *Launcher
 	id        string
 	name      string
+	network   string             // the session's own network; "" on a shared one
 	endpoints launcher.Endpoints // set once the container answers
 	exited    chan struct{}
 	once      sync.Once

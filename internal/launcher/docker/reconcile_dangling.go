@@ -41,7 +41,23 @@ func (l *Launcher) removeNow(ctx context.Context, inst *instance) error {
 		logtag.Event(l.log, slog.LevelWarn, "", "CONTAINER_REMOVE_FAILED", shortID(inst.id), err, "the sweep will retry")
 		return fmt.Errorf("removing container %s: %w (the sweep retries every -sweep-interval)", shortID(inst.id), err)
 	}
-	return nil
+	return l.dropNetwork(ctx, inst.network)
+}
+
+// dropNetwork removes a session's own network (none: "") and forgets it;
+// one that cannot be removed now is left to the sweep.
+func (l *Launcher) dropNetwork(ctx context.Context, name string) error {
+	if name == "" {
+		return nil
+	}
+	err := l.removeNetwork(ctx, name)
+	l.mu.Lock()
+	delete(l.networks, name)
+	l.mu.Unlock()
+	if err != nil {
+		logtag.Event(l.log, slog.LevelWarn, "", "NETWORK_REMOVE_FAILED", name, err, "the sweep will retry")
+	}
+	return err
 }
 
 // sweep removes containers of this instance that no live session owns. At
@@ -78,6 +94,11 @@ func (l *Launcher) sweep(ctx context.Context, all bool) int {
 			why = "left by an earlier run of instance " + l.opts.Instance
 		}
 		logtag.Event(l.log, slog.LevelInfo, "", "CONTAINERS_REMOVED", strconv.Itoa(n), why)
+	}
+	// After the containers: a network is removable once nothing of the
+	// session is on it.
+	if m := l.sweepNetworks(ctx, all); m > 0 {
+		logtag.Event(l.log, slog.LevelInfo, "", "NETWORKS_REMOVED", strconv.Itoa(m), "session networks no live session owns")
 	}
 	return n
 }

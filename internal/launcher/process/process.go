@@ -16,6 +16,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/exec"
@@ -53,6 +54,10 @@ type Options struct {
 	// PortAttempts is how many ports a start tries when its driver exits during
 	// start-up (say, "address already in use"); zero means 3.
 	PortAttempts int
+	// Sandbox, if set, runs every driver in a sandbox of its own (see
+	// Sandbox). Nil: drivers run on the host as the hub's user, fit for one
+	// user only (docs/security.md).
+	Sandbox *Sandbox
 }
 
 // Launcher starts local driver processes.
@@ -204,12 +209,16 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 }
 
 func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name string, argv []string) (*instance, error) {
-	port, err := l.reservePort()
-	if err != nil {
-		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Msg: err.Error(), Err: err}
-	}
-	if l.reserved != nil {
-		l.reserved(port)
+	sbx := l.opts.Sandbox
+	port := sandboxPort // a loopback of its own: nothing to reserve
+	if sbx == nil {
+		var err error
+		if port, err = l.reservePort(); err != nil {
+			return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Msg: err.Error(), Err: err}
+		}
+		if l.reserved != nil {
+			l.reserved(port)
+		}
 	}
 	token := make([]byte, 8)
 	_, _ = rand.Read(token)
@@ -234,6 +243,21 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	}
 	inst.downloads = downloads
 	inst.endpoints.Files = &url.URL{Scheme: "file", Path: downloads}
+	var sessionEnv []string
+	if sbx != nil {
+		if err := sbx.prepare(downloads); err != nil {
+			inst.discard()
+			return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Err: err, Msg: "cannot give the sandbox its download directory: " + err.Error()}
+		}
+	} else {
+		// The browser's profile and uploads go to a directory of the
+		// session's, removed with it, not the host's /tmp.
+		if inst.temp, err = sessionTemp(l.downloadRoot() + ".tmp"); err != nil {
+			inst.discard()
+			return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Err: err, Msg: "cannot create the session's temporary directory: " + err.Error()}
+		}
+		sessionEnv = []string{"TMPDIR=" + inst.temp}
+	}
 	if l.spawnErr != nil {
 		l.spawnNote.Do(func() {
 			logtag.Event(l.log, slog.LevelInfo, r.ID, "NO_SPAWNER", "drivers are started from the hub's own descriptor table: "+l.spawnErr.Error(), "each start slows with the connections the hub holds")
@@ -249,7 +273,12 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 		path: path,
 		argv: append(append([]string(nil), argv...), "--port="+strconv.Itoa(port)),
 		// The session's environment over the hub's own; exec keeps the last of a name.
-		env: append(append(os.Environ(), launcher.Env(r)...), MarkerEnv+"="+inst.marker),
+		env: append(append(append(os.Environ(), sessionEnv...), launcher.Env(r)...), MarkerEnv+"="+inst.marker),
+	}
+	if sbx != nil {
+		req.argv = append(append([]string{sbx.Bwrap}, sbx.args(downloads, path)...), append([]string{path}, req.argv[1:]...)...)
+		req.path, req.cred = sbx.Bwrap, sbx.Cred
+		req.env = sandboxEnv(launcher.Env(r), inst.marker)
 	}
 	said := launcher.NewSaid()
 	var out io.Writer = io.MultiWriter(inst.tail, inst.log, said)
@@ -301,8 +330,18 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	go inst.wait()
 	logtag.Event(l.log, slog.LevelDebug, r.ID, "PROCESS_STARTED", name, "pid "+strconv.Itoa(inst.pid), "port "+strconv.Itoa(port))
 
-	err = launcher.WaitListening(ctx, l.client, inst.endpoints.Driver, inst.exited, func() (bool, bool) { return l.diag.Listening(port) }, said)
+	listening := func() (bool, bool) { return l.diag.Listening(port) }
+	if sbx != nil {
+		inst.sandbox, err = sbx.enter(ctx, inst.pid)
+		if err == nil {
+			inst.endpoints.Driver.Host = net.JoinHostPort(inst.sandbox.String(), strconv.Itoa(port))
+			listening = func() (bool, bool) { return sbx.listening(ctx, inst.endpoints.Driver.Host) }
+		}
+	}
 	if err == nil {
+		err = launcher.WaitListening(ctx, l.client, inst.endpoints.Driver, inst.exited, listening, said)
+	}
+	if err == nil && sbx == nil {
 		err = l.checkListener(r.ID, inst)
 	}
 	if err == nil {
@@ -346,6 +385,7 @@ func (l *Launcher) downloadRoot() string {
 func (l *Launcher) Sweep() int {
 	n, _ := killMarked(func(v string) bool { return strings.HasPrefix(v, l.markerPrefix()) })
 	_ = os.RemoveAll(l.downloadRoot()) // an earlier run's downloads
+	_ = os.RemoveAll(l.downloadRoot() + ".tmp")
 	if n > 0 {
 		logtag.Event(l.log, slog.LevelInfo, "", "ORPHANS_REMOVED", fmt.Sprintf("%d processes of an earlier run of instance %q", n, l.opts.Instance))
 	}
@@ -367,7 +407,12 @@ type instance struct {
 	logKept   bool // under mu: logFile has its session's name; until then it is removed at the end
 	// downloads is the session's own download directory, removed at Stop.
 	downloads string
-	outDone   chan struct{} // closed when every writer of the output pipe is gone
+	// temp is an unsandboxed session's TMPDIR, removed at Stop.
+	temp string
+	// sandbox is the address that stands for the driver's sandbox (invalid:
+	// not sandboxed), forgotten at Stop.
+	sandbox netip.Addr
+	outDone chan struct{} // closed when every writer of the output pipe is gone
 
 	exited   chan struct{} // closed when the driver exits on its own
 	done     chan struct{} // closed when the driver process has been reaped
@@ -417,7 +462,11 @@ func (i *instance) SessionCreated(id string, caps json.RawMessage) {
 		}
 		host, port, err := net.SplitHostPort(opts.DebuggerAddress)
 		if ip := net.ParseIP(host); err == nil && (host == "localhost" || ip != nil && ip.IsLoopback()) {
-			i.endpoints.DevTools = &url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", port)}
+			at := "127.0.0.1"
+			if i.sandbox.IsValid() {
+				at = i.sandbox.String() // the browser's loopback is its sandbox's
+			}
+			i.endpoints.DevTools = &url.URL{Scheme: "http", Host: net.JoinHostPort(at, port)}
 		}
 	}
 	if i.logFile == nil {
@@ -473,6 +522,9 @@ func (i *instance) Stop(ctx context.Context) error {
 		if err := i.l.releaseDownloads(i.downloads); err != nil {
 			errs = append(errs, fmt.Errorf("removing the download directory: %w", err))
 		}
+		if err := i.releaseSandbox(); err != nil {
+			errs = append(errs, err)
+		}
 		if len(errs) > 0 {
 			i.stopErr = fmt.Errorf("pid %d: %w", pgid, errors.Join(errs...))
 		}
@@ -485,6 +537,21 @@ func (i *instance) discard() {
 	i.l.freePort(i.port)
 	i.closeLog()
 	_ = i.l.releaseDownloads(i.downloads)
+	_ = i.releaseSandbox()
+}
+
+// releaseSandbox forgets the sandbox's address and removes an unsandboxed
+// session's temporary directory, once its processes are gone.
+func (i *instance) releaseSandbox() error {
+	if i.sandbox.IsValid() && i.l.opts.Sandbox != nil {
+		i.l.opts.Sandbox.Dial.Remove(i.sandbox)
+	}
+	if i.temp != "" {
+		if err := os.RemoveAll(i.temp); err != nil {
+			return fmt.Errorf("removing the session's temporary directory: %w", err)
+		}
+	}
+	return nil
 }
 
 func (i *instance) closeLog() {

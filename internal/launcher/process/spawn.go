@@ -48,7 +48,8 @@ type spawner struct {
 type spawnReq struct {
 	path      string
 	argv, env []string
-	out       int // the output pipe's write end, in the hub's table
+	out       int                 // the output pipe's write end, in the hub's table
+	cred      *syscall.Credential // the user the driver runs as; nil: the hub's
 	pid       int
 	err       error
 	done      chan struct{}
@@ -243,7 +244,7 @@ func forkExec(r *spawnReq, stdin, out int) (int, error) {
 	return syscall.ForkExec(r.path, r.argv, &syscall.ProcAttr{
 		Env:   lastOfEachName(r.env),
 		Files: []uintptr{uintptr(stdin), uintptr(out), uintptr(out)},
-		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: r.cred},
 	})
 }
 

@@ -1,0 +1,171 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/errdefs"
+
+	"github.com/websummoner/websummoner/internal/logtag"
+)
+
+// Isolation between sessions. Without -container-network every session's
+// browser gets a bridge network of its own, created before the container and
+// removed after it: no other session's container is on it, so a page in one
+// browser cannot open a connection to another's driver, DevTools, VNC or
+// files — the kernel drops it (Docker isolates bridge networks from each
+// other). The hub reaches the browser through its ports published on
+// 127.0.0.1, which arrive from the network's gateway. The recorder shares the
+// browser's network namespace, and application containers the operator
+// allows are connected to the session's network for its lifetime.
+//
+// With -container-network every browser is on the operator's network, as
+// under Selenoid: sessions share it. There the image's own services must
+// accept the hub alone: the launcher tells the container the addresses the
+// hub comes from in HubAddressesEnv, and this project's images listen to
+// nothing else (chromedriver --allowed-ips, DevTools, VNC and the file
+// server). docs/security.md says which to choose.
+
+// HubAddressesEnv is set in every browser container to the comma-separated
+// addresses the hub's connections come from; the image's services accept
+// connections from these (and the container's own loopback) only.
+const HubAddressesEnv = "WEBSUMMONER_HUB_ADDRESSES"
+
+// sessionNetwork is the network of one session's own, or "" on a shared
+// -container-network.
+func (l *Launcher) sessionNetwork(cname string) string {
+	if l.userNetwork() {
+		return ""
+	}
+	return cname
+}
+
+// createNetwork makes the session's own bridge network and returns its
+// gateway, the address the hub's connections to published ports come from.
+func (l *Launcher) createNetwork(ctx context.Context, name, session string) (string, error) {
+	_, err := l.engine.NetworkCreate(ctx, name, network.CreateOptions{
+		Driver: "bridge",
+		Labels: map[string]string{LabelInstance: l.opts.Instance, LabelSession: session},
+	})
+	if err != nil {
+		if strings.Contains(err.Error(), "address pool") {
+			return "", fmt.Errorf("creating the session's own network: %w; every session has a network of its own, and Docker's default address pools hold about 30: give the engine more, smaller ones (\"default-address-pools\": [{\"base\": \"10.200.0.0/16\", \"size\": 28}] in /etc/docker/daemon.json) or lower -limit (docs/security.md)", err)
+		}
+		return "", fmt.Errorf("creating the session's own network: %w", err)
+	}
+	return l.gatewayOf(ctx, name)
+}
+
+// gatewayOf is the gateway address of a network.
+func (l *Launcher) gatewayOf(ctx context.Context, name string) (string, error) {
+	info, err := l.engine.NetworkInspect(ctx, name, network.InspectOptions{})
+	if err != nil {
+		return "", fmt.Errorf("inspecting network %q: %w", name, err)
+	}
+	for _, c := range info.IPAM.Config {
+		if ip := net.ParseIP(c.Gateway); ip != nil && ip.To4() != nil {
+			return c.Gateway, nil
+		}
+	}
+	return "", fmt.Errorf("network %q has no IPv4 gateway", name)
+}
+
+// hubAddresses are the addresses the hub's connections to a container on
+// network come from: its gateway (published ports, and the engine's proxy),
+// and, for a hub that runs in a container itself (-container-address name),
+// the hub's own addresses.
+func (l *Launcher) hubAddresses(ctx context.Context, netName, gateway string) (string, error) {
+	addrs := []string{}
+	if gateway == "" && netName != "" {
+		gw, err := l.gatewayOf(ctx, netName)
+		if err != nil {
+			return "", err
+		}
+		gateway = gw
+	}
+	if gateway != "" {
+		addrs = append(addrs, gateway)
+	}
+	if l.opts.Address == ByName {
+		ifaces, err := net.InterfaceAddrs()
+		if err != nil {
+			return "", fmt.Errorf("listing the hub's own addresses: %w", err)
+		}
+		for _, a := range ifaces {
+			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() && n.IP.To4() != nil && !slices.Contains(addrs, n.IP.String()) {
+				addrs = append(addrs, n.IP.String())
+			}
+		}
+	}
+	return strings.Join(addrs, ","), nil
+}
+
+// connectApplications connects the application containers a session asked
+// for (and the operator allows) to the session's own network, under their
+// names, as Selenoid's links made them reachable.
+func (l *Launcher) connectApplications(ctx context.Context, netName string, apps []string) error {
+	for _, c := range apps {
+		err := l.engine.NetworkConnect(ctx, netName, c, &network.EndpointSettings{Aliases: []string{c}})
+		if err != nil {
+			return fmt.Errorf("connecting applicationContainers %q to the session's network: %w (the container must exist and run)", c, err)
+		}
+	}
+	return nil
+}
+
+// removeNetwork disconnects whatever is still on a session's network (the
+// application containers) and removes it.
+func (l *Launcher) removeNetwork(ctx context.Context, name string) error {
+	info, err := l.engine.NetworkInspect(ctx, name, network.InspectOptions{})
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("inspecting the session's network %s: %w", name, err)
+	}
+	for id := range info.Containers {
+		if err := l.engine.NetworkDisconnect(ctx, name, id, true); err != nil && !errdefs.IsNotFound(err) {
+			return fmt.Errorf("disconnecting %s from the session's network %s: %w", shortID(id), name, err)
+		}
+	}
+	if err := l.engine.NetworkRemove(ctx, name); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("removing the session's network %s: %w (the sweep retries every -sweep-interval)", name, err)
+	}
+	return nil
+}
+
+// sweepNetworks removes this instance's session networks that no live or
+// starting session owns (all: every one, at start-up).
+func (l *Launcher) sweepNetworks(ctx context.Context, all bool) int {
+	list, err := l.engine.NetworkList(ctx, network.ListOptions{
+		Filters: filters.NewArgs(filters.Arg("label", LabelInstance+"="+l.opts.Instance))})
+	if err != nil {
+		logtag.Event(l.log, slog.LevelWarn, "", "SWEEP_FAILED", "networks", err)
+		return 0
+	}
+	n := 0
+	for _, nw := range list {
+		l.mu.Lock()
+		owned := l.creating[nw.Name] || l.networks[nw.Name]
+		l.mu.Unlock()
+		if owned && !all {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, l.opts.StopTimeout)
+		err := l.removeNetwork(rctx, nw.Name)
+		cancel()
+		if err == nil {
+			n++
+		} else if !errors.Is(err, context.Canceled) {
+			logtag.Event(l.log, slog.LevelWarn, "", "SWEEP_FAILED", nw.Name, err)
+		}
+	}
+	return n
+}
