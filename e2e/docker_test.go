@@ -88,14 +88,14 @@ func startDockerHub(t *testing.T, instance string, args ...string) *dockerHub {
   "slow":  {"default": "1", "versions": {"1": {"image": %q, "port": "4444", "path": "/", "env": ["WDSTUB_LISTEN_DELAY=1h"]}}},
   "ghost": {"default": "1", "versions": {"1": {"image": "websummoner/ghost:none", "port": "4444"}}},
   "chrome": {"default": "156.0", "versions": {
-    "156.0": {"image": %q, "port": "4444", "path": "/", "shmSize": 268435456,
+    "156.0": {"image": %q, "port": "4444", "path": "/", "shmSize": 268435456, "allowedNetworks": [%q],
       "caps": {"goog:chromeOptions": {"args": ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--remote-debugging-port=9222"],
         "prefs": {"download.default_directory": "/home/selenium/Downloads", "download.prompt_for_download": false}}}},
     "headless": {"image": %q, "port": "4444", "path": "/", "shmSize": 268435456,
       "caps": {"goog:chromeOptions": {"args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]}}}}}
-}`, stubTag, stubTag, chromeTag, chromeTag)
+}`, stubTag, stubTag, chromeTag, fmt.Sprintf("ws-e2e-extra-%d", os.Getpid()), chromeTag)
 	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -31,11 +31,11 @@ import (
 // and allocations were most of what the hub added to a command. Requests with
 // bodies over wireMaxBody, or of unknown length, take the Transport.
 type wire struct {
-	dial   DialFunc
-	mu     sync.Mutex
-	idle   map[string][]*wireConn // by host:port, most recent last
-	total  int                    // idle connections in all
-	swept  time.Time              // the last drop of aged connections
+	dial  DialFunc
+	mu    sync.Mutex
+	idle  map[string][]*wireConn // by host:port, most recent last
+	total int                    // idle connections in all
+	swept time.Time              // the last drop of aged connections
 }
 
 // wireMaxBody bounds the request bodies the wire buffers (so that a request

@@ -82,7 +82,10 @@ env > $d/env; readlink /proc/self/ns/net > $d/netns; exec `+stub+` "$1"
 			c.Close()
 			t.Fatalf("driver %d is reachable on the host's loopback", i)
 		}
-		read := func(name string) string { b, _ := os.ReadFile(filepath.Join(dl, name)); return strings.TrimSpace(string(b)) }
+		read := func(name string) string {
+			b, _ := os.ReadFile(filepath.Join(dl, name))
+			return strings.TrimSpace(string(b))
+		}
 		if os.Geteuid() == 0 && read("uid") != "65534" {
 			t.Errorf("driver %d runs as uid %q, want nobody (65534)", i, read("uid"))
 		}
