@@ -25,6 +25,10 @@ import (
 // prefix is the range sandbox addresses are drawn from.
 var prefix = netip.MustParsePrefix("127.100.0.0/16")
 
+// Range is the range sandbox addresses are drawn from: nothing on the host
+// listens there, and a connection to it is meant for a sandbox.
+func Range() netip.Prefix { return prefix }
+
 // Dialer dials TCP like net.Dialer, and into a sandbox's network namespace
 // for an address a sandbox holds. The zero value is not usable; use New.
 type Dialer struct {
@@ -111,6 +115,24 @@ func (d *Dialer) DialContext(ctx context.Context, network, addr string) (net.Con
 		return nil, &net.OpError{Op: "dial", Net: network, Err: fmt.Errorf("no sandbox holds %s any more: its session has ended", host)}
 	}
 	return dialIn(ctx, &d.Dialer, f, local, network, net.JoinHostPort("127.0.0.1", port))
+}
+
+// Listen opens a TCP listener at addr (host:port, the host an address of the
+// sandbox's own, such as 127.0.0.1) in the network namespace of the sandbox
+// at a: a service of the hub's that only that sandbox reaches. The listener
+// keeps the namespace alive until it is closed.
+func (d *Dialer) Listen(ctx context.Context, a netip.Addr, addr string) (net.Listener, error) {
+	d.mu.Lock()
+	f, local := d.ns[a], d.local
+	d.mu.Unlock()
+	if f == nil {
+		return nil, fmt.Errorf("listening in sandbox %s: no sandbox holds that address any more: its session has ended", a)
+	}
+	ln, err := listenIn(ctx, f, local, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s in sandbox %s: %w", addr, a, err)
+	}
+	return ln, nil
 }
 
 // Child waits for the first child of process pid (bubblewrap's sandboxed

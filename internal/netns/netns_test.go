@@ -35,8 +35,9 @@ func TestMain(m *testing.M) {
 }
 
 // A server in a namespace of its own is reached through the sandbox's
-// address, and not on the hub's loopback; a forgotten sandbox's address is
-// refused rather than dialled on the hub's loopback.
+// address, and not on the hub's loopback; so is a listener the hub opens in
+// it; a forgotten sandbox's address is refused rather than dialled or
+// listened on in the hub's namespace.
 func TestDialIntoSandbox(t *testing.T) {
 	bwrap, err := exec.LookPath("bwrap")
 	if err != nil {
@@ -100,8 +101,41 @@ func TestDialIntoSandbox(t *testing.T) {
 		c.Close()
 		t.Fatal("the sandbox's server is reachable on the hub's own loopback")
 	}
+	// A listener of the hub's in the sandbox: on its loopback, not the hub's.
+	ln, err := d.Listen(ctx, a, "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listening in the sandbox: %v", err)
+	}
+	lport := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	accepted := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			c.Close()
+		}
+		accepted <- err
+	}()
+	if c, err := net.DialTimeout("tcp", "127.0.0.1:"+lport, time.Second); err == nil {
+		c.Close()
+		t.Fatal("the hub's listener in the sandbox is reachable on the hub's own loopback")
+	}
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(a.String(), lport))
+	if err != nil {
+		t.Fatalf("dialling the hub's listener in the sandbox: %v", err)
+	}
+	c.Close()
+	if err := <-accepted; err != nil {
+		t.Fatalf("accepting in the sandbox: %v", err)
+	}
+	ln.Close()
 	d.Remove(a)
 	if _, err := d.DialContext(ctx, "tcp", net.JoinHostPort(a.String(), port)); err == nil || !strings.Contains(err.Error(), "no sandbox holds") {
 		t.Fatalf("a forgotten sandbox: %v", err)
+	}
+	if ln, err := d.Listen(ctx, a, "127.0.0.1:0"); err == nil || !strings.Contains(err.Error(), "no sandbox holds") {
+		if ln != nil {
+			ln.Close()
+		}
+		t.Fatalf("listening in a forgotten sandbox: %v", err)
 	}
 }

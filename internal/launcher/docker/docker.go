@@ -30,6 +30,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/websummoner/websummoner/internal/config"
+	"github.com/websummoner/websummoner/internal/egress"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/metrics"
@@ -333,6 +334,10 @@ func (l *Launcher) run(ctx context.Context, inst *instance, r launcher.Request, 
 	if err != nil {
 		return e, l.startErr(ctx, r.Browser, launcher.PhaseStart, "finding the driver's address", err)
 	}
+	// The container's services take a connection from the host's loopback
+	// as one from the hub: a sandboxed browser's proxy must not make one.
+	inst.published = loopbackPorts(e)
+	egress.Published.Add(inst.published...)
 	err = launcher.WaitReady(ctx, l.client, e.Driver, inst.exited)
 	switch {
 	case err == nil:

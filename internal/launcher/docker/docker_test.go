@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -25,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/websummoner/websummoner/internal/config"
+	"github.com/websummoner/websummoner/internal/egress"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/launcher/launchertest"
 	"github.com/websummoner/websummoner/internal/logtest"
@@ -138,6 +140,11 @@ func TestStartServeStop(t *testing.T) {
 		t.Fatalf("driver: %v %v", err, resp)
 	}
 	resp.Body.Close()
+	// Its published ports are refused to sandboxed browsers while it lives.
+	driverPort, _ := strconv.ParseUint(inst.Endpoints().Driver.Port(), 10, 16)
+	if !egress.Published.Holds(uint16(driverPort)) {
+		t.Errorf("the driver's port %d on the host's loopback is not refused to sandboxed browsers", driverPort)
+	}
 	id := inst.(*instance).id
 	info, err := engine.ContainerInspect(context.Background(), id)
 	if err != nil {
@@ -157,6 +164,9 @@ func TestStartServeStop(t *testing.T) {
 	inst.Stop(context.Background())
 	if _, err := engine.ContainerInspect(context.Background(), id); !errdefs.IsNotFound(err) {
 		t.Fatalf("container still there after Stop: %v", err)
+	}
+	if egress.Published.Holds(uint16(driverPort)) {
+		t.Errorf("port %d still refused after its container is gone", driverPort)
 	}
 }
 
@@ -438,9 +448,15 @@ func TestEndpointsChoice(t *testing.T) {
 	if e.DevTools != nil || e.Files != nil || e.Clipboard != nil {
 		t.Fatalf("absent services given endpoints: %+v", e)
 	}
+	if ports := loopbackPorts(e); fmt.Sprint(ports) != "[32770 32771]" {
+		t.Errorf("ports refused to sandboxed browsers: %v, want the driver's and VNC's", ports)
+	}
 	e, err = endpointsOf(ByName, info, "c1", "4444", "/", side)
 	if err != nil || e.Driver.String() != "http://c1:4444/" || e.Files.String() != "http://c1:8080" {
 		t.Fatalf("by name: %+v %v", e, err)
+	}
+	if ports := loopbackPorts(e); len(ports) != 0 {
+		t.Errorf("by name, nothing is on the host's loopback; refused %v", ports)
 	}
 	if _, err := endpointsOf(Published, container.InspectResponse{NetworkSettings: &container.NetworkSettings{}}, "c1", "4444", "/", nil); err == nil {
 		t.Fatal("unpublished port accepted")

@@ -35,6 +35,9 @@ type instance struct {
 	sessionID string
 	requestID string
 	recorder  *recorder // set when the session records video
+	// published are the container's ports on the host's loopback, refused
+	// to sandboxed browsers (egress.Published) until it is removed.
+	published []uint16
 }
 
 func (i *instance) exit(reason string) {

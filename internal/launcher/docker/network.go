@@ -3,7 +3,9 @@ package docker
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
+	"strconv"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/go-connections/nat"
@@ -55,6 +57,23 @@ func endpointsOf(addr Address, info container.InspectResponse, name, port, path 
 		}
 	}
 	return e, nil
+}
+
+// loopbackPorts are the ports of e on the host's loopback: a container's
+// services published there.
+func loopbackPorts(e launcher.Endpoints) []uint16 {
+	var out []uint16
+	for _, u := range []*url.URL{e.Driver, e.DevTools, e.VNC, e.Files, e.Clipboard} {
+		if u == nil {
+			continue
+		}
+		ip, err := netip.ParseAddr(u.Hostname())
+		port, perr := strconv.ParseUint(u.Port(), 10, 16)
+		if err == nil && perr == nil && ip.IsLoopback() {
+			out = append(out, uint16(port))
+		}
+	}
+	return out
 }
 
 // hostPort is where the hub reaches one container port: its port published on

@@ -11,6 +11,7 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/errdefs"
 
+	"github.com/websummoner/websummoner/internal/egress"
 	"github.com/websummoner/websummoner/internal/logtag"
 )
 
@@ -38,9 +39,12 @@ func (l *Launcher) removeNow(ctx context.Context, inst *instance) error {
 	}
 	err := l.engine.ContainerRemove(ctx, inst.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !errdefs.IsNotFound(err) {
+		// Its ports stay refused to sandboxed browsers: it may publish them yet.
 		logtag.Event(l.log, slog.LevelWarn, "", "CONTAINER_REMOVE_FAILED", shortID(inst.id), err, "the sweep will retry")
 		return fmt.Errorf("removing container %s: %w (the sweep retries every -sweep-interval)", shortID(inst.id), err)
 	}
+	egress.Published.Remove(inst.published...)
+	inst.published = nil
 	return l.dropNetwork(ctx, inst.network)
 }
 

@@ -28,6 +28,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/websummoner/websummoner/internal/egress"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/webdriver"
@@ -334,6 +335,13 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	if sbx != nil {
 		inst.sandbox, err = sbx.enter(ctx, inst.pid)
 		if err == nil {
+			// Before the browser can start: it goes out through it.
+			if inst.egress, err = sbx.openEgress(ctx, inst.sandbox); err != nil {
+				err = &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Err: err, Engine: true,
+					Msg: "cannot serve the sandbox its proxy (its only way out): " + err.Error()}
+			}
+		}
+		if err == nil {
 			inst.endpoints.Driver.Host = net.JoinHostPort(inst.sandbox.String(), strconv.Itoa(port))
 			listening = func() (bool, bool) { return sbx.listening(ctx, inst.endpoints.Driver.Host) }
 		}
@@ -412,6 +420,8 @@ type instance struct {
 	// sandbox is the address that stands for the driver's sandbox (invalid:
 	// not sandboxed), forgotten at Stop.
 	sandbox netip.Addr
+	// egress is the sandbox's proxy, closed at Stop.
+	egress  *egress.Proxy
 	outDone chan struct{} // closed when every writer of the output pipe is gone
 
 	exited   chan struct{} // closed when the driver exits on its own
@@ -543,6 +553,9 @@ func (i *instance) discard() {
 // releaseSandbox forgets the sandbox's address and removes an unsandboxed
 // session's temporary directory, once its processes are gone.
 func (i *instance) releaseSandbox() error {
+	if i.egress != nil {
+		_ = i.egress.Close() // its listener holds the namespace
+	}
 	if i.sandbox.IsValid() && i.l.opts.Sandbox != nil {
 		i.l.opts.Sandbox.Dial.Remove(i.sandbox)
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/websummoner/websummoner/internal/egress"
 	"github.com/websummoner/websummoner/internal/netns"
 )
 
@@ -25,6 +26,11 @@ import (
 // writable host path; and an unprivileged user (nobody, when the hub runs
 // as root). The hub's files, another session's files and its driver are out
 // of reach, and nothing of the session outlives it.
+//
+// The browser's way out is the hub's proxy on the sandbox's loopback
+// (internal/egress, 127.0.0.1:3128), which the driver's environment names
+// (egress.Env): it reaches the host's loopback and routed networks, never
+// another sandbox or a Docker bridge (egress.Guard).
 type Sandbox struct {
 	// Dial reaches the drivers: the hub dials through the same Dialer.
 	Dial *netns.Dialer
@@ -34,6 +40,9 @@ type Sandbox struct {
 	Cred *syscall.Credential
 	// TmpSize bounds each sandbox's /tmp (the browser's profile, uploads).
 	TmpSize int64
+	// Egress decides where the sandboxes' proxies connect; nil: the zero
+	// egress.Guard, the host's resolver and networks.
+	Egress *egress.Guard
 }
 
 // sandboxPort is where every sandboxed driver listens: each has a loopback of
@@ -105,9 +114,12 @@ func (s *Sandbox) args(dir, exe string) []string {
 
 // sandboxEnv is a sandboxed driver's environment: the session's, over a
 // plain PATH and locale — not the hub's, which may hold secrets.
+// The proxy's variables come after the session's: the sandbox has no other
+// way out, so a proxy named in browsers.json could not be reached anyway.
 func sandboxEnv(session []string, marker string) []string {
 	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8"}
-	return append(append(env, session...), "HOME=/tmp", "TMPDIR=/tmp", MarkerEnv+"="+marker)
+	env = append(append(env, session...), egress.Env()...)
+	return append(env, "HOME=/tmp", "TMPDIR=/tmp", MarkerEnv+"="+marker)
 }
 
 // prepare gives the sandbox's user the session's download directory, and a
@@ -135,6 +147,20 @@ func (s *Sandbox) enter(ctx context.Context, pid int) (netip.Addr, error) {
 		return netip.Addr{}, err
 	}
 	return s.Dial.Add(child)
+}
+
+// openEgress serves the sandbox at a its proxy, on its own loopback; the
+// proxy keeps the namespace until closed.
+func (s *Sandbox) openEgress(ctx context.Context, a netip.Addr) (*egress.Proxy, error) {
+	ln, err := s.Dial.Listen(ctx, a, "127.0.0.1:"+strconv.Itoa(egress.Port))
+	if err != nil {
+		return nil, err
+	}
+	g := s.Egress
+	if g == nil {
+		g = &egress.Guard{}
+	}
+	return egress.Serve(ln, g), nil
 }
 
 // listening says whether the sandbox's driver accepts connections yet, by
