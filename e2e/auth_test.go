@@ -31,10 +31,9 @@ func TestAuthenticatedClients(t *testing.T) {
 	if err := os.WriteFile(htpasswd, []byte(b.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// The page is served on the host's loopback, which a sandboxed browser
-	// (-process-sandbox, on by default under -htpasswd) does not reach: its
-	// network namespace has no way out yet (docs/security.md).
-	h := startHub(t, "-limit", "2", "-htpasswd", htpasswd, "-admin-users", "ops", "-process-sandbox", "off")
+	// Under -htpasswd each browser runs in a sandbox (-process-sandbox auto):
+	// the page on the host's loopback reaches it through its sandbox's proxy.
+	h := startHub(t, "-limit", "2", "-htpasswd", htpasswd, "-admin-users", "ops")
 	page := pageServer(t)
 	u, _ := url.Parse(h.url)
 
