@@ -42,7 +42,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func newLauncher(t *testing.T, opts Options) *Launcher {
+func newLauncher(t testing.TB, opts Options) *Launcher {
 	if opts.StartupTimeout == 0 {
 		opts.StartupTimeout = 10 * time.Second
 	}
