@@ -7,7 +7,9 @@
 // a driver's URL carries it (chromedriver accepts an IP literal in Host), and
 // Dialer.DialContext turns a dial to it into a dial of 127.0.0.1 in the
 // sandbox's namespace. An address of that range that no sandbox holds is
-// refused, never dialled on the hub's own loopback.
+// refused, never dialled on the hub's own loopback. Dialer.Listen opens a
+// socket of the hub's on a sandbox's loopback the same way: the sandbox's
+// way out (internal/egress) is served there.
 package netns
 
 import (
