@@ -43,9 +43,11 @@ unit:
 e2e: test-deps images
 	$(GO) test -count=1 -v ./e2e/
 
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 # Every benchmark: the Go benchmarks, then every load-tool scenario at full size
 # (about 20 minutes), writing results and charts to docs/bench/.
@@ -69,8 +71,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/config
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/auth
 	$(GO) test -run '^$$' -fuzz '^FuzzSessionPath$$' -fuzztime $(FUZZTIME) ./internal/hub
-	$(GO) test -run '^$$' -fuzz '^FuzzLaneHead$$' -fuzztime $(FUZZTIME) ./internal/hub
-	$(GO) test -run '^$$' -fuzz '^FuzzWireAnswer$$' -fuzztime $(FUZZTIME) ./internal/hub
+	$(GO) test -run '^$$' -fuzz '^FuzzCommandHead$$' -fuzztime $(FUZZTIME) ./internal/hub
+	$(GO) test -run '^$$' -fuzz '^FuzzDriverAnswer$$' -fuzztime $(FUZZTIME) ./internal/hub
 
 # A short run of every benchmark and scenario, so they can't rot: seconds each,
 # and a 2-minute soak against hostile drivers.

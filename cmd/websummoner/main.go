@@ -37,7 +37,6 @@ import (
 	"github.com/websummoner/websummoner/internal/launcher/process"
 	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/netns"
-	"github.com/websummoner/websummoner/internal/procs"
 	"github.com/websummoner/websummoner/internal/queue"
 	"github.com/websummoner/websummoner/internal/retention"
 	"github.com/websummoner/websummoner/internal/session"
@@ -65,7 +64,6 @@ type flagConfig struct {
 	disableDocker, showVersion, health   bool
 	processSandbox                       string
 	gracefulPeriod                       time.Duration
-	maxProcs                             int
 
 	server   httpserver.Options
 	auth     auth.Options
@@ -124,13 +122,20 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.BoolVar(&c.disableDocker, "disable-docker", false, "Run browsers as local driver processes (image = command line) and never connect to Docker")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit")
 	fs.BoolVar(&c.health, "healthcheck", false, "Ask the hub serving on -listen (on this host) whether it is healthy: exit 0 if /healthz answers 200, else 1 (a container HEALTHCHECK with no shell or curl)")
-	fs.IntVar(&c.maxProcs, "max-procs", 0, "CPUs the hub's own code runs on at once (Go's GOMAXPROCS); 0: the GOMAXPROCS environment variable if set, else a quarter of the CPUs the hub may use, at least 1, leaving the rest to the browsers, raised to all of them while many commands are in flight at once or drivers start, and all of them throughout if the hub measures a command cheaper on them")
 	fs.DurationVar(&c.gracefulPeriod, "graceful-period", 300*time.Second, "On SIGTERM, how long live sessions may run on before they are ended")
 
 	fs.DurationVar(&c.server.IdleTimeout, "idle-connection-timeout", httpserver.DefaultIdleTimeout, "Close a keep-alive connection with no request for this long (0 = the default)")
 	fs.DurationVar(&c.server.BodyTimeout, "body-read-timeout", httpserver.DefaultBodyTimeout, "A request's body must arrive whole within this long of its headers (0 = the default)")
 	fs.StringVar(&c.server.TLSCert, "tls-cert", "", "Serve HTTPS with this certificate (PEM); needs -tls-key")
 	fs.StringVar(&c.server.TLSKey, "tls-key", "", "The private key of -tls-cert (PEM)")
+	fs.BoolFunc("first-byte-gate", "Keep an accepted connection out of the HTTP server, at the cost of its descriptor alone, until its client sends something (default true; false: the server takes every connection at once)", func(v string) error {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("-first-byte-gate takes true or false (got %q)", v)
+		}
+		c.server.NoFirstByteGate = !on
+		return nil
+	})
 
 	fs.StringVar(&c.auth.File, "htpasswd", "", "Require HTTP basic auth of these users (htpasswd -B file; SIGHUP reloads it); each session belongs to its creator")
 	fs.StringVar(&c.admins, "admin-users", "", "Comma-separated users of -htpasswd who see and may drive every session")
@@ -145,14 +150,6 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.DurationVar(&c.hub.IdleTimeout, "timeout", 60*time.Second, "Session idle timeout: a session with no command for this long ends (0 = never)")
 	fs.DurationVar(&c.hub.MaxTimeout, "max-timeout", time.Hour, "Maximum idle timeout a client may ask for with sessionTimeout (0 = no cap)")
 	fs.DurationVar(&c.hub.SessionAttemptTimeout, "session-attempt-timeout", hub.DefaultSessionAttemptTimeout, "How long the driver's new-session call may take, per attempt (0 = the default)")
-	fs.BoolFunc("fast-lanes", "Serve a keep-alive connection's plain WebDriver commands, after its first, with the hub's own request loop instead of Go's HTTP server (default true; false: Go's server serves every request)", func(v string) error {
-		on, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("-fast-lanes takes true or false (got %q)", v)
-		}
-		c.hub.NoLanes = !on
-		return nil
-	})
 	fs.IntVar(&c.hub.RetryCount, "retry-count", 1, "Attempts to start a browser for one new-session request (0 = the default, 1)")
 	fs.Func("max-upload-size", "Largest file upload passed to a driver, e.g. 64m or 1g (Selenium's send_keys of a local file)", func(v string) error {
 		n, err := docker.ParseSize(v)
@@ -199,6 +196,11 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 			c.ignored = append(c.ignored, s)
 		}
 	}
+	if c.queue.Limit == 0 {
+		// The queue reads a zero limit as its default; on the command line it
+		// is a mistake.
+		return nil, fmt.Errorf("-limit must be a whole number from 1 to %d (got 0)", queue.MaxLimit)
+	}
 	c.queue.CongestionTimeoutSet = set["queue-congestion-timeout"]
 	c.gate.Limit = c.queue.Limit
 	c.hub.SessionDeleteTimeout = c.launch.StopTimeout
@@ -209,9 +211,6 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	c.videoKeep.Kind = "video" // its Dir once -video-output-dir is known to be usable (build)
 	if c.admins != "" {
 		c.auth.Admins = strings.Split(c.admins, ",")
-	}
-	if c.maxProcs < 0 {
-		return nil, fmt.Errorf("-max-procs must be 0 (automatic) or a number of CPUs (got %d)", c.maxProcs)
 	}
 	if c.gracefulPeriod < 0 {
 		return nil, fmt.Errorf("-graceful-period must be 0 or a positive duration such as 300s (got %v)", c.gracefulPeriod)
@@ -231,8 +230,6 @@ type program struct {
 	procs      *process.Launcher
 	containers *docker.Launcher // nil with -disable-docker
 	hub        *hub.Hub
-	cpus       *procs.Governor
-	cpusWhy    string // how the hub's Ps were chosen, for the [INIT] line
 
 	retention []*retention.Retention // -log-retention-*, -video-retention-*
 }
@@ -304,12 +301,11 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	if p.sessions, err = session.New(c.sessions, p.log, reg); err != nil {
 		return nil, err
 	}
-	// One client to drivers for the launchers' readiness polls and the hub's
-	// calls and commands: a driver's connections are one pool.
+	// One Transport to drivers for the launchers' readiness polls and the
+	// hub's calls and commands, dialling into sandboxes where there are some.
 	dialer := netns.New(net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second})
-	c.hub.Dial = dialer.DialContext
-	drivers := hub.NewDriverClientDial(dialer.DialContext)
-	c.hub.DriverClient = drivers
+	drivers := hub.NewTransport(dialer.DialContext)
+	c.hub.Transport = drivers
 	if c.process.Sandbox, err = processSandbox(c.processSandbox, c.auth.File != "", dialer); err != nil {
 		return nil, err
 	}
@@ -322,7 +318,7 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	if !c.disableDocker {
 		engine, err := docker.NewEngine()
 		if err != nil {
-			return nil, fmt.Errorf("Docker client: %v (check DOCKER_HOST, or run with -disable-docker)", err)
+			return nil, fmt.Errorf("connecting to the Docker engine: %v (check DOCKER_HOST, or run with -disable-docker)", err)
 		}
 		c.docker.OnHealth = gate.SetHealthy
 		if d := c.docker.VideoDir; d != "" {
@@ -353,12 +349,6 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	c.hub.Version = version
 	c.hub.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	c.hub.Gate = gate
-	low, high, why := hubProcs(c.maxProcs, os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0))
-	if p.cpus, err = procs.New(procs.Options{Low: low, High: high, Tune: true}, p.log, reg); err != nil {
-		return nil, err
-	}
-	p.cpusWhy = why
-	c.hub.Load = p.cpus
 	if p.hub, err = hub.New(c.hub, p.queue, p.conf, launchers, p.sessions, p.log, reg); err != nil {
 		return nil, err
 	}
@@ -406,7 +396,7 @@ func (p *program) serve() int {
 	srv := p.server
 	logtag.Event(log, slog.LevelInfo, "", "INIT", "websummoner "+version, "listening on "+ln.Addr().String(),
 		p.queue.Options().String(), "start-gate "+capacity.ModeFlag{O: &c.gate}.String(), fmt.Sprintf("browsers %v", p.conf.Browsers().Names()), "instance "+c.launch.Instance,
-		"GOMAXPROCS "+p.cpusWhy)
+		fmt.Sprintf("GOMAXPROCS %d", runtime.GOMAXPROCS(0)))
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -529,35 +519,7 @@ func (p *program) shutdown(sig os.Signal, sigs <-chan os.Signal, srv *httpserver
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = srv.Shutdown(sctx)
 	scancel()
-	p.cpus.Stop()
 	logtag.Event(p.log, slog.LevelInfo, "", "STOPPED")
-}
-
-// hubProcs is how many CPUs the hub's own code runs on at once, low and high
-// (package procs switches between them), and why: -max-procs if set, else
-// GOMAXPROCS from the environment — either one number, low and high alike —
-// else a quarter of the CPUs the runtime found (avail), at least 1, raised to
-// all of them while many commands are in flight or drivers start. The hub
-// shares its machine with the browsers it starts and needs little CPU itself
-// (about 0.1 ms per proxied command, so one CPU carries thousands of commands
-// a second); every CPU more than it needs only adds the scheduler's wake-ups
-// between them, which on two CPUs cost the hub 252 instead of 159 µs per
-// command at one session — but with 32 sessions' commands waiting on its one
-// thread, a second CPU was worth it (docs/benchmarks.md). On other VMs the
-// low-load side went the other way, so the Governor measures it (Tune).
-func hubProcs(flagValue int, env string, avail int) (low, high int, why string) {
-	if flagValue > 0 {
-		return flagValue, flagValue, fmt.Sprintf("%d (-max-procs)", flagValue)
-	}
-	if n, err := strconv.Atoi(env); err == nil && n > 0 {
-		return n, n, fmt.Sprintf("%d (GOMAXPROCS environment variable)", n)
-	}
-	low = max(1, avail/4)
-	high = max(low, avail)
-	if high == low {
-		return low, high, fmt.Sprintf("%d (a quarter of %d CPUs, at least 1; -max-procs sets it)", low, avail)
-	}
-	return low, high, fmt.Sprintf("%d (a quarter of %d CPUs, at least 1; all %d while many commands are in flight or drivers start, or throughout if that measures cheaper a command; -max-procs sets one number)", low, avail, high)
 }
 
 // processSandbox is -process-sandbox: the local drivers' sandbox, or nil.

@@ -39,7 +39,9 @@ func TestInvalidFlagsStopStartUp(t *testing.T) {
 		{[]string{"-service-startup-timeout", "-1s"}, "-service-startup-timeout must be a positive duration"},
 		{[]string{"-session-delete-timeout", "-1s"}, "-session-delete-timeout must be a positive duration"},
 		{[]string{"-graceful-period", "-1s"}, "-graceful-period must be 0 or a positive duration"},
-		{[]string{"-max-procs", "-1"}, "-max-procs must be 0 (automatic) or a number of CPUs"},
+		{[]string{"-max-procs", "2"}, "flag provided but not defined: -max-procs"},
+		{[]string{"-fast-lanes=false"}, "flag provided but not defined: -fast-lanes"},
+		{[]string{"-first-byte-gate=maybe"}, "-first-byte-gate takes true or false"},
 		{[]string{"-retry-count", "-1"}, "-retry-count must be at least 1"},
 		{[]string{"-instance", "a/b"}, "-instance must be a name without"},
 		{[]string{"-log-level", "loud"}, "-log-level must be"},
@@ -244,34 +246,6 @@ func TestExposureWarning(t *testing.T) {
 		got := exposure(addr(c.addr), c.auth, c.tls)
 		if c.want == "" && got != "" || c.want != "" && !strings.Contains(got, c.want) {
 			t.Errorf("%s auth=%v tls=%v: %q, want %q", c.addr, c.auth, c.tls, got, c.want)
-		}
-	}
-}
-
-// The hub takes a quarter of the CPUs it may use, raised to all of them under
-// load, unless told otherwise, and an operator's -max-procs or GOMAXPROCS
-// always wins, as one fixed number.
-func TestHubProcs(t *testing.T) {
-	for _, c := range []struct {
-		flag      int
-		env       string
-		avail     int
-		low, high int
-		why       string
-	}{
-		{0, "", 1, 1, 1, "a quarter of 1 CPUs"},
-		{0, "", 2, 1, 2, "a quarter of 2 CPUs"},
-		{0, "", 8, 2, 8, "a quarter of 8 CPUs"},
-		{0, "", 64, 16, 64, "a quarter of 64 CPUs"},
-		{0, "3", 3, 3, 3, "GOMAXPROCS environment variable"},
-		{0, "zero", 8, 2, 8, "a quarter of 8 CPUs"},
-		{0, "0", 8, 2, 8, "a quarter of 8 CPUs"},
-		{4, "3", 3, 4, 4, "-max-procs"},
-		{2, "", 64, 2, 2, "-max-procs"},
-	} {
-		low, high, why := hubProcs(c.flag, c.env, c.avail)
-		if low != c.low || high != c.high || !strings.Contains(why, c.why) {
-			t.Errorf("hubProcs(%d, %q, %d) = %d, %d (%s), want %d, %d (%s)", c.flag, c.env, c.avail, low, high, why, c.low, c.high, c.why)
 		}
 	}
 }

@@ -38,7 +38,7 @@ func (m Mode) String() string {
 
 // Options configure the gate.
 type Options struct {
-	// Limit is -limit, the ceiling.
+	// Limit is -limit, the ceiling. Zero: queue.DefaultLimit.
 	Limit int
 	// Mode is adaptive, fixed or off.
 	Mode Mode
@@ -130,6 +130,9 @@ func (f ModeFlag) Set(s string) error {
 
 // New returns a gate; reg may be nil.
 func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Gate, error) {
+	if opts.Limit == 0 {
+		opts.Limit = queue.DefaultLimit
+	}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}

@@ -274,8 +274,11 @@ func TestOptionsValidation(t *testing.T) {
 	if _, err := New(Options{Limit: 5, Mode: Fixed, Fixed: 6}, nil, nil); err == nil {
 		t.Error("fixed above -limit accepted")
 	}
-	if _, err := New(Options{Limit: 0}, nil, nil); err == nil {
-		t.Error("limit 0 accepted")
+	if _, err := New(Options{Limit: -1}, nil, nil); err == nil {
+		t.Error("limit -1 accepted")
+	}
+	if g, err := New(Options{}, nil, nil); err != nil || g.opts.Limit != queue.DefaultLimit {
+		t.Errorf("the zero Options: %v; want a gate up to queue.DefaultLimit", err)
 	}
 	g, _ := New(Options{Limit: 5, Mode: Off}, nil, nil)
 	for range 5 {

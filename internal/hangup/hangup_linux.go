@@ -22,7 +22,7 @@ import (
 // The goroutine waits in Go's poller, on the epoll descriptor itself (readable
 // while it has events), not in epoll_wait: a goroutine blocked in a system
 // call holds its thread and, until the runtime notices, its CPU slot, which is
-// the hub's only one when it runs with -max-procs 1.
+// the hub's only one when it runs with GOMAXPROCS=1.
 
 // instance is one epoll descriptor, its wake-up pipe and what it watches.
 type instance struct {
@@ -92,7 +92,9 @@ func (w *Watcher) loop(in *instance) {
 		// The callback runs whenever the epoll descriptor is readable; it
 		// takes every event there is (Go's poller reports edges), and asks
 		// to wait again only once there are none.
-		err = rc.Read(func(fd uintptr) bool {
+		// Read's own error needs no handling: however it ends, every watch
+		// is answered below.
+		_ = rc.Read(func(fd uintptr) bool {
 			for {
 				n, err := syscall.EpollWait(int(fd), events, 0)
 				if errors.Is(err, syscall.EINTR) {

@@ -225,7 +225,7 @@ func TestSignalsDoNotDisturbTheWatch(t *testing.T) {
 
 // While it waits, the watcher's goroutine is parked in Go's poller, not
 // blocked in a system call: it holds no thread and no CPU slot, which with one
-// CPU slot for the hub (-max-procs 1) would be the hub's only one.
+// CPU slot for the hub (GOMAXPROCS=1) would be the hub's only one.
 func TestWaitHoldsNoThread(t *testing.T) {
 	w := newWatcher(t)
 	hub, _ := pair(t)

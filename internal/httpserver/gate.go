@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/websummoner/websummoner/internal/hangup"
-	"github.com/websummoner/websummoner/internal/rawio"
 )
 
 // gate hands Go's HTTP server a connection only once its client has sent
@@ -42,6 +41,7 @@ type gate struct {
 
 	slots chan struct{} // one per connection in its first request
 	grace time.Duration // arrivalGrace; tests set it
+	on    bool          // false: accepted connections pass at once (-first-byte-gate=false)
 
 	mu       sync.Mutex
 	closed   bool
@@ -64,8 +64,8 @@ type heldConn struct {
 	dropped bool   // dropped before stop was known: its holder closes it
 }
 
-func newGate(ln net.Listener, timeout time.Duration, held func(int)) *gate {
-	g := &gate{ln: ln, timeout: timeout, held: held, ready: make(chan net.Conn),
+func newGate(ln net.Listener, timeout time.Duration, held func(int), on bool) *gate {
+	g := &gate{ln: ln, timeout: timeout, held: held, on: on, ready: make(chan net.Conn),
 		done: make(chan struct{}), failed: make(chan struct{}), pending: map[net.Conn]*heldConn{},
 		slots: make(chan struct{}, arrivalSlots), grace: arrivalGrace, arriving: map[net.Conn]*time.Timer{}}
 	go g.acceptLoop()
@@ -135,9 +135,20 @@ func (g *gate) acceptLoop() {
 			return
 		}
 		delay = 0
-		// Requests are read and answers written with raw calls (package rawio); the
-		// wrapped connection is the one the server and every map here see.
-		g.hold(rawio.Wrap(c), g.timeout)
+		if !g.on {
+			// Straight to the HTTP server, which bounds a silent connection by
+			// its header timeout. A connection handed back after a queued
+			// request (Rehold) is still held: the server has no other way to
+			// take it back.
+			select {
+			case g.ready <- c:
+			case <-g.done:
+				c.Close()
+				return
+			}
+			continue
+		}
+		g.hold(c, g.timeout)
 	}
 }
 
@@ -182,8 +193,8 @@ func (g *gate) pass(c net.Conn) {
 	g.give(c)
 }
 
-// give hands c to the HTTP server as a new arrival: one passed by the watch,
-// or one a lane handed back with its next request's bytes already read.
+// give hands c, which the watch found readable, to the HTTP server as a new
+// arrival.
 func (g *gate) give(c net.Conn) {
 	select {
 	case g.slots <- struct{}{}:

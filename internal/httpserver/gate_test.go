@@ -20,7 +20,7 @@ func newTestGate(t *testing.T, timeout time.Duration) (*gate, chan int) {
 		t.Fatal(err)
 	}
 	counts := make(chan int, 10000)
-	g := newGate(ln, timeout, func(n int) { counts <- n })
+	g := newGate(ln, timeout, func(n int) { counts <- n }, true)
 	t.Cleanup(func() { g.Close() })
 	return g, counts
 }
@@ -233,4 +233,32 @@ func TestGateBoundsArrivals(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 	_ = counts
+}
+
+// With the gate off (-first-byte-gate=false), a connection that has sent
+// nothing is handed to the HTTP server at once, and the gate holds none.
+func TestGateOffPassesSilentConnections(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := make(chan int, 10)
+	g := newGate(ln, time.Minute, func(n int) { held <- n }, false)
+	defer g.Close()
+	c, err := net.Dial("tcp", g.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got, err := g.Accept()
+	if err != nil {
+		t.Fatalf("a silent connection was not handed over with the gate off: %v", err)
+	}
+	defer got.Close()
+	if got.RemoteAddr().String() != c.LocalAddr().String() {
+		t.Fatalf("handed over %v, want %v", got.RemoteAddr(), c.LocalAddr())
+	}
+	if n := g.count(); n != 0 || len(held) != 0 {
+		t.Fatalf("the gate holds %d connections (told %d times) with the gate off", n, len(held))
+	}
 }

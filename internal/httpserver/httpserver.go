@@ -41,6 +41,10 @@ type Options struct {
 	// left, connections that do no work are shed. Zero: 10% of the limit, at
 	// least 16.
 	Reserve int
+	// NoFirstByteGate is -first-byte-gate=false: a connection goes to Go's
+	// HTTP server as soon as it is accepted. False: it waits, at the cost of
+	// its descriptor alone, until its client sends something (gate.go).
+	NoFirstByteGate bool
 }
 
 // Defaults for zero Options.
@@ -74,13 +78,10 @@ type Server struct {
 	srv   *http.Server
 	limit int // the descriptor soft limit after raising it
 
-	mu         sync.Mutex
-	conns      map[net.Conn]*conn
-	gate       *gate // nil before Serve
-	closing    bool  // Shutdown has begun
-	lanes      int   // lanes not yet ended (lane.go)
-	laneEvents chan struct{}
-	side       map[*sheddable]struct{} // taken-over connections that may be shed
+	mu    sync.Mutex
+	conns map[net.Conn]*conn
+	gate  *gate                   // nil before Serve
+	side  map[*sheddable]struct{} // taken-over connections that may be shed
 }
 
 // conn is what the server knows of one connection.
@@ -91,7 +92,6 @@ type conn struct {
 	reading bool      // a request body is still arriving
 	readAt  time.Time // when that body began
 	srv     *Server   // for Rehold
-	lane    bool      // served by a Lane, not the HTTP server
 }
 
 type connKey struct{}
@@ -118,7 +118,6 @@ func Rehold(ctx context.Context) func(net.Conn) {
 }
 
 func (s *Server) rehold(c net.Conn) {
-	c = unwrap(c)
 	s.mu.Lock()
 	g := s.gate
 	s.mu.Unlock()
@@ -147,7 +146,7 @@ func New(opts Options, h http.Handler, logger *slog.Logger) (*Server, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opts: opts, log: logger, conns: map[net.Conn]*conn{}, side: map[*sheddable]struct{}{}, limit: RaiseFileLimit(), laneEvents: make(chan struct{}, 1)}
+	s := &Server{opts: opts, log: logger, conns: map[net.Conn]*conn{}, side: map[*sheddable]struct{}{}, limit: RaiseFileLimit()}
 	if opts.FileLimit > 0 {
 		s.limit = min(s.limit, opts.FileLimit)
 	}
@@ -195,7 +194,7 @@ func (s *Server) FileLimit() int { return s.limit }
 // Serve serves on ln until Shutdown; TLS when configured. A connection reaches
 // the HTTP server once its client has sent something (gate.go).
 func (s *Server) Serve(ln net.Listener) error {
-	g := newGate(ln, s.opts.HeaderTimeout, s.gateHeld)
+	g := newGate(ln, s.opts.HeaderTimeout, s.gateHeld, !s.opts.NoFirstByteGate)
 	s.mu.Lock()
 	s.gate = g
 	s.mu.Unlock()
@@ -212,14 +211,9 @@ func (s *Server) Serve(ln net.Listener) error {
 	return err
 }
 
-// Shutdown stops accepting and waits, until ctx ends, for handlers and lanes
-// to finish.
+// Shutdown stops accepting and waits, until ctx ends, for handlers to finish.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.closing = true
-	s.mu.Unlock()
-	err := s.srv.Shutdown(ctx)
-	return errors.Join(err, s.shutdownLanes(ctx))
+	return s.srv.Shutdown(ctx)
 }
 
 func (s *Server) track(c net.Conn, st http.ConnState) {

@@ -26,10 +26,9 @@ func BenchmarkProxyCommand(b *testing.B) {
 
 // proxyBench is a hub with one session on a local stub driver, and the
 // command's URL straight to the driver and through the hub, behind the
-// server it runs behind in production (lanes included). WEBSUMMONER_NO_LANES=1
-// turns the lanes off, for comparing.
+// server it runs behind in production.
 func proxyBench(tb testing.TB) (f *fixture, direct, viaHub string) {
-	f = newFixture(tb, queue.Options{Limit: 1}, Options{NoLanes: os.Getenv("WEBSUMMONER_NO_LANES") != ""}, &stubLauncher{})
+	f = newFixture(tb, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
 	addr := serveBehindHubServer(tb, f)
 	_, body := f.do("POST", "/session", w3cChrome)
 	id := body["value"].(map[string]any)["sessionId"].(string)

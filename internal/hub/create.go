@@ -256,8 +256,6 @@ func (h *Hub) admit(c *creation) error {
 func (h *Hub) start(c *creation) error {
 	h.pending.Add(1)
 	defer h.pending.Add(-1)
-	h.opts.Load.StartBegin()
-	defer h.opts.Load.StartEnd()
 	err := h.startAttempts(c)
 	c.slot.Started(startOutcome(c.ctx, err))
 	if err != nil && c.ctx.Err() != nil {
@@ -405,22 +403,21 @@ func (h *Hub) newDriverSession(ctx context.Context, inst launcher.Instance, body
 	return ds, nil
 }
 
-// driverCall makes a call of the hub's own to a driver (new session, DELETE):
-// over the wire when the hub has one, sharing the connections its commands
-// use, else over opts.Transport. It answers the status and the body, read
+// Errors of driverCall's answer.
+var (
+	errAnswerBroken = errors.New("the driver's answer broke off")
+	errTooLarge     = errors.New("the answer exceeds its limit")
+)
+
+// driverCall makes a call of the hub's own to a driver (new session, DELETE)
+// over the Transport its commands use, so a new session's connection is the
+// one its first command takes. It answers the status and the body, read
 // whole; a body over limit is errTooLarge, one that breaks off
 // errAnswerBroken. Redirects are never followed.
 func (h *Hub) driverCall(ctx context.Context, method string, u *url.URL, body []byte, limit int) (int, []byte, error) {
 	hdr := http.Header{}
 	if body != nil {
 		hdr.Set("Content-Type", "application/json; charset=utf-8")
-	}
-	if h.wire != nil && u.Scheme == "http" {
-		c, err := h.wire.call(ctx, method, u, hdr, body, limit)
-		if err != nil {
-			return 0, nil, err
-		}
-		return c.status, c.body, nil
 	}
 	var rd io.Reader
 	if body != nil {
@@ -449,9 +446,6 @@ func (h *Hub) driverCall(ctx context.Context, method string, u *url.URL, body []
 // stop stops an instance the hub still owns, logging a failed stop. The
 // launcher bounds the stop by its own -session-delete-timeout.
 func (h *Hub) stop(id string, inst launcher.Instance) {
-	if h.wire != nil && inst.Endpoints().Driver != nil {
-		h.wire.closeIdle(inst.Endpoints().Driver.Host) // the new-session call's
-	}
 	if err := inst.Stop(context.Background()); err != nil {
 		logtag.Event(h.log, slog.LevelWarn, id, "STOP_FAILED", inst.Describe(), err)
 	}

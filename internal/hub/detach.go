@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -35,9 +34,27 @@ import (
 // errDetached says the rest of a creation runs on its detached goroutine.
 var errDetached = errors.New("detached to wait in the queue")
 
+// captured keeps the one answer a creation writes.
+type captured struct {
+	header http.Header
+	status int
+	body   []byte
+}
+
+func (c *captured) Header() http.Header { return c.header }
+func (c *captured) WriteHeader(code int) {
+	if c.status == 0 {
+		c.status = code
+	}
+}
+func (c *captured) Write(p []byte) (int, error) {
+	c.WriteHeader(http.StatusOK)
+	c.body = append(c.body, p...)
+	return len(p), nil
+}
+
 // detachedWriter is the ResponseWriter of a detached request: it keeps the one
-// answer a creation writes (as a captured call does) and sends it as an
-// HTTP/1.1 response.
+// answer a creation writes and sends it as an HTTP/1.1 response.
 type detachedWriter struct {
 	captured
 	conn net.Conn
@@ -84,7 +101,7 @@ func (h *Hub) detach(c *creation) bool {
 		return false
 	}
 	_ = conn.SetDeadline(time.Time{})
-	d := &detachedWriter{captured: captured{header: http.Header{}, limit: math.MaxInt}, conn: conn}
+	d := &detachedWriter{captured: captured{header: http.Header{}}, conn: conn}
 	// Kept after the answer only if the client keeps it and has sent nothing
 	// more yet (bytes the server read ahead would be lost with its buffer).
 	if c.r.ProtoAtLeast(1, 1) && !c.r.Close && brw.Reader.Buffered() == 0 {

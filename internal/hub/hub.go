@@ -75,23 +75,14 @@ type Options struct {
 	// Auth says who sent a request and who is an operator. Nil: no
 	// authentication; every client may drive every session.
 	Auth Authenticator
-	// Transport carries every request to a driver: new-session calls and proxied
-	// commands. Nil: the hub's own HTTP/1.1 client to drivers (DriverClient)
-	// for commands, the new-session call and DELETE, and a Transport for the
-	// rest (large uploads, side channels). Tests give an in-memory one to run
-	// in fake time.
+	// Transport carries every request to a driver and its side services: the
+	// new-session call, commands, DELETE, uploads and WebSockets. Nil:
+	// NewTransport(Dial). Tests give an in-memory one to run in fake time.
 	Transport http.RoundTripper
-	// Dial opens every connection to a driver and its side services. Nil: a
-	// net.Dialer. A hub with sandboxed local drivers dials through a
-	// netns.Dialer, which reaches each sandbox's own loopback.
+	// Dial opens every connection to a driver and its side services when
+	// Transport is nil. Nil: a net.Dialer. A hub with sandboxed local drivers
+	// dials through a netns.Dialer, which reaches each sandbox's own loopback.
 	Dial DialFunc
-	// DriverClient is the hub's own client to drivers, when the launchers
-	// share it (launcher.Options.ReadyTransport). Nil: a client of the hub's
-	// own. Ignored when Transport is set.
-	DriverClient *DriverClient
-	// Load is told of every proxied command and driver start, for sizing the
-	// hub's CPUs to them (package procs). Nil: nobody is told.
-	Load Load
 	// MaxSideChannelsPerSession is -max-side-channels-per-session: the most
 	// WebSockets and live-log streams (/logs/{id}, /vnc/{id}, /devtools/{id},
 	// /session/{id}/se/bidi) open at once to one session; one more is 429.
@@ -101,34 +92,10 @@ type Options struct {
 	// one client (its user under -htpasswd, else its IP address) across all
 	// sessions. Zero: DefaultMaxSideChannelsPerClient.
 	MaxSideChannelsPerClient int
-	// NoLanes is -fast-lanes=false: Go's HTTP server serves every request, a
-	// connection's plain commands after its first included. False: those are
-	// served by the hub's own loop (lane.go), when the connection came through
-	// an httpserver.Server and basic authentication is off.
-	NoLanes bool
 }
 
 // DialFunc opens a connection, as net.Dialer.DialContext does.
 type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
-
-// Load hears what keeps the hub busy; its methods are called on the
-// per-command path, so they must cost next to nothing.
-type Load interface {
-	// Begin and End bracket a proxied command.
-	Begin()
-	End()
-	// StartBegin and StartEnd bracket a driver start.
-	StartBegin()
-	StartEnd()
-}
-
-// noLoad is the Load of a hub nobody sizes.
-type noLoad struct{}
-
-func (noLoad) Begin()      {}
-func (noLoad) End()        {}
-func (noLoad) StartBegin() {}
-func (noLoad) StartEnd()   {}
 
 // Authenticator says who sent a request (internal/auth implements it).
 type Authenticator interface {
@@ -194,20 +161,8 @@ func (o Options) withDefaults() Options {
 	if o.MaxSideChannelsPerClient == 0 {
 		o.MaxSideChannelsPerClient = DefaultMaxSideChannelsPerClient
 	}
-	if o.Load == nil {
-		o.Load = noLoad{}
-	}
-	if o.Dial == nil {
-		o.Dial = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	}
 	if o.Transport == nil {
-		o.Transport = &http.Transport{
-			DialContext:         o.Dial,
-			MaxIdleConns:        1024,
-			MaxIdleConnsPerHost: 8,
-			IdleConnTimeout:     90 * time.Second,
-			// No response header timeout: a command may run long (executeAsyncScript).
-		}
+		o.Transport = NewTransport(o.Dial)
 	}
 	return o
 }
@@ -222,7 +177,6 @@ type Launchers struct {
 
 // Hub is the HTTP side of WebSummoner.
 type Hub struct {
-	wire      *wire // the per-command client to drivers; nil: opts.Transport
 	opts      Options
 	log       *slog.Logger
 	queue     *queue.Queue
@@ -238,12 +192,10 @@ type Hub struct {
 
 	started  time.Time
 	requests atomic.Uint64
-	// laneCommands counts the commands lanes served (tests read it).
-	laneCommands atomic.Uint64
-	reqIDs       atomic.Uint64
-	pending      atomic.Int64
-	draining     atomic.Bool // Drain has begun: /readyz and /status say so
-	shutDown     atomic.Bool // the grace period is over: no session may be registered
+	reqIDs   atomic.Uint64
+	pending  atomic.Int64
+	draining atomic.Bool // Drain has begun: /readyz and /status say so
+	shutDown atomic.Bool // the grace period is over: no session may be registered
 }
 
 // New builds a hub from its parts.
@@ -251,9 +203,6 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	// Commands go over the hub's own wire to drivers unless the caller brought
-	// a Transport (tests carry drivers in memory).
-	ownWire := opts.Transport == nil
 	opts = opts.withDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -261,13 +210,6 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 	h := &Hub{opts: opts, log: logger, queue: q, conf: conf, launchers: ls, sessions: sessions, started: time.Now()}
 	// The new-session call must not follow a driver's redirects and re-post the
 	// capabilities somewhere else.
-	switch {
-	case !ownWire:
-	case opts.DriverClient != nil:
-		h.wire = opts.DriverClient.w
-	default:
-		h.wire = newWireDial(opts.Dial)
-	}
 	h.client = &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	h.proxy = &httputil.ReverseProxy{
 		Rewrite:       h.rewrite,
@@ -275,6 +217,9 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 		ErrorHandler:  h.proxyError,
 		FlushInterval: -1,
 		BufferPool:    &bufferPool{},
+		// An answer that breaks off reaches the client cut off, which is what
+		// it needs to know; the line is for debugging a driver.
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug),
 	}
 	var err error
 	if h.m, err = newMetrics(h, reg); err != nil {
@@ -304,10 +249,10 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r = r.WithContext(context.WithValue(r.Context(), userKey{}, user))
 	}
-	if id, rest, ok := commandPath(r.URL.EscapedPath()); ok && fastCommand(r, rest) {
-		if h.serveCommand(w, r, id) {
-			h.runLane(w, r)
-		}
+	// Commands, nearly every request a hub serves, skip the router: the
+	// session is found by the id in the path.
+	if id, rest, ok := commandPath(r.URL.EscapedPath()); ok && !routed(rest) {
+		h.command(w, r, id)
 		return
 	}
 	h.router.ServeHTTP(w, r)
@@ -373,7 +318,7 @@ func (h *Hub) routes() *mux.Router {
 		sr.HandleFunc("/session/{id}/aerokube/download/", h.downloads)
 		sr.HandleFunc("/session/{id}/aerokube/download/{file}", h.downloads)
 		sr.HandleFunc("/session/{id}", h.proxyCommand)
-		sr.PathPrefix("/session/{id}/").HandlerFunc(h.proxyCommand)
+		sr.PathPrefix("/session/{id}/").HandlerFunc(h.proxyCommand) // "/session/{id}/" itself
 	}
 	r.HandleFunc("/logs/", h.logs)
 	r.HandleFunc("/logs/{name}", h.logs)

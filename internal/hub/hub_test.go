@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -726,61 +725,5 @@ func TestDeleteAnsweredBeforeTeardown(t *testing.T) {
 	f.ev.Wait(t, "[SESSION_DELETED]", 5*time.Second)
 	if st := f.q.Stats(); st.InUse != 0 {
 		t.Fatalf("slots in use %d after the teardown", st.InUse)
-	}
-}
-
-// recLoad is a Load that counts what is in flight.
-type recLoad struct {
-	commands, starts           atomic.Int32 // in flight
-	commandsBegun, startsBegun atomic.Int32
-}
-
-func (l *recLoad) Begin()      { l.commands.Add(1); l.commandsBegun.Add(1) }
-func (l *recLoad) End()        { l.commands.Add(-1) }
-func (l *recLoad) StartBegin() { l.starts.Add(1); l.startsBegun.Add(1) }
-func (l *recLoad) StartEnd()   { l.starts.Add(-1) }
-
-// The hub tells its Load of every proxied command and driver start while each
-// is in flight, failed ones too, so that the hub's CPUs can follow them
-// (package procs).
-func TestLoadHearsCommandsAndStarts(t *testing.T) {
-	load := &recLoad{}
-	l := &stubLauncher{}
-	type seen struct{ commands, starts int32 }
-	var mu sync.Mutex
-	var saw []seen
-	l.wrap = func(next http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			mu.Lock()
-			saw = append(saw, seen{load.commands.Load(), load.starts.Load()})
-			mu.Unlock()
-			next.ServeHTTP(w, r)
-		})
-	}
-	f := newFixture(t, queue.Options{Limit: 1}, Options{Load: load}, l)
-	resp, body := f.do("POST", "/session", w3cChrome)
-	if resp.StatusCode != 200 {
-		t.Fatalf("create: %d %v", resp.StatusCode, body)
-	}
-	id := body["value"].(map[string]any)["sessionId"].(string)
-	for range 3 {
-		if resp, _ := f.do("GET", "/session/"+id+"/title", ""); resp.StatusCode != 200 {
-			t.Fatalf("command: %d", resp.StatusCode)
-		}
-	}
-	f.do("DELETE", "/session/"+id, "")
-	l.startErr = errors.New("engine down (injected)")
-	f.do("POST", "/session", w3cChrome)
-	mu.Lock()
-	defer mu.Unlock()
-	want := []seen{{0, 1}, {1, 0}, {1, 0}, {1, 0}} // the new-session call, three commands
-	if len(saw) < len(want) || !slices.Equal(saw[:len(want)], want) {
-		t.Errorf("(commands, starts) in flight as the driver saw each request: %v, want %v first", saw, want)
-	}
-	if c, s := load.commands.Load(), load.starts.Load(); c != 0 || s != 0 {
-		t.Errorf("left in flight: %d commands, %d starts", c, s)
-	}
-	if c, s := load.commandsBegun.Load(), load.startsBegun.Load(); c != 3 || s != 2 {
-		t.Errorf("told of %d commands and %d starts, want 3 and 2 (one failed)", c, s)
 	}
 }

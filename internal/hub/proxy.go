@@ -20,9 +20,43 @@ import (
 
 type sessionKey struct{}
 
-// proxyCommand forwards /session/{id}/… to the session's driver.
+// commandPath splits /session/{id}/{rest} or /wd/hub/session/{id}/{rest} into
+// the escaped id and rest; ok is false for anything else.
+func commandPath(path string) (id, rest string, ok bool) {
+	p, found := strings.CutPrefix(path, "/wd/hub/session/")
+	if !found {
+		if p, found = strings.CutPrefix(path, "/session/"); !found {
+			return "", "", false
+		}
+	}
+	id, rest, found = strings.Cut(p, "/")
+	if !found || id == "" || rest == "" {
+		return "", "", false
+	}
+	return id, rest, true
+}
+
+// routed reports whether a session's path is an endpoint of the hub's own,
+// served by the router, rather than a command passed to the driver.
+func routed(rest string) bool {
+	return rest == "se/bidi" || rest == "se/files" || strings.HasPrefix(rest, "aerokube/download/")
+}
+
+// proxyCommand is command for the router's /session/{id} and /session/{id}/.
 func (h *Hub) proxyCommand(w http.ResponseWriter, r *http.Request) {
-	s, ok := h.begin(w, r)
+	h.command(w, r, mux.Vars(r)["id"])
+}
+
+// command forwards /session/{id}/… to the session's driver; escID is the id
+// as escaped in the path.
+func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
+	id := escID
+	if strings.IndexByte(id, '%') >= 0 {
+		if u, err := url.PathUnescape(id); err == nil {
+			id = u
+		}
+	}
+	s, ok := h.beginID(w, r, id)
 	if !ok {
 		return
 	}
@@ -85,9 +119,6 @@ func (h *Hub) deleteSession(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	<-removed
-	if h.wire != nil {
-		h.wire.closeIdle(s.URL().Host) // the driver is going; so are its connections
-	}
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
@@ -166,6 +197,12 @@ func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 	out.RawQuery = pr.In.URL.RawQuery
 	pr.Out.URL = &out
 	pr.Out.Host = base.Host
+	// The client's credentials are for the hub, not for the browser.
+	pr.Out.Header.Del("Authorization")
+	// The hub's server has told the client to go on with its body already;
+	// a driver that ignores Expect would otherwise stall each such command
+	// for the Transport's ExpectContinueTimeout.
+	pr.Out.Header.Del("Expect")
 }
 
 // proxyError answers a command the driver did not answer: invalid session id if the

@@ -154,10 +154,9 @@ type Options struct {
 	LogDir string
 	// SaveAllLogs is -save-all-logs: keep every session's log, asked or not.
 	SaveAllLogs bool
-	// ReadyTransport carries the readiness polls of a driver's /status. Nil: a
-	// new connection per poll, closed after it. The hub passes its own client
-	// to drivers, so that the poll that finds a driver ready leaves its
-	// connection to the new-session call.
+	// ReadyTransport carries the readiness polls of a driver's /status; each
+	// poll's connection is closed after it. Nil: an http.Transport of its own.
+	// The hub passes its Transport to drivers, which dials into sandboxes.
 	ReadyTransport http.RoundTripper
 }
 
@@ -326,15 +325,6 @@ func (o Options) ReadyClient() *http.Client {
 // start-up budget.
 const pollTimeout = 2 * time.Second
 
-// HostForgetter is implemented by a ReadyTransport that keeps connections by
-// host: a launcher whose start failed after a poll (the driver exited, or
-// what answered on its port was another program) makes it drop them, so no
-// later call reuses a connection to whatever answered there.
-type HostForgetter interface {
-	// ForgetHost closes the idle connections to host (host:port).
-	ForgetHost(host string)
-}
-
 // errRefused is a poll a refused connect answered.
 var errRefused = errors.New("connection refused")
 
@@ -392,6 +382,10 @@ func WaitListening(ctx context.Context, client *http.Client, base *url.URL, exit
 				cancel()
 				return rerr
 			}
+			// No connection of a poll is kept: what answered may not be the
+			// driver (another program on its port, Docker's port proxy), and
+			// the Transport is the one the hub's commands share.
+			req.Close = true
 			// A connection accepted and a poll failed: something listens for
 			// the driver (Docker's port proxy does, before the container's
 			// driver does); only the poll tells from here on.

@@ -21,7 +21,8 @@ const DefaultRetryAfterMax = 60 * time.Second
 // Options configure a Queue. The first group is what the operator sets; the second
 // is derived from it by Resolve, once, and is what the rest of the program reads.
 type Options struct {
-	// Limit is -limit, the number of sessions that may run at once; at least 1.
+	// Limit is -limit, the number of sessions that may run at once. Zero:
+	// DefaultLimit.
 	Limit int
 	// Timeout is -queue-timeout. Zero disables budgets: a request waits until its
 	// client gives up, as in Selenoid, and the grid is never reported congested.
@@ -53,6 +54,9 @@ type Options struct {
 // Resolve validates the operator's values and fills in the derived numbers. Errors
 // name the flag and the accepted range, so they can be shown to the operator as they are.
 func (o Options) Resolve() (Options, error) {
+	if o.Limit == 0 {
+		o.Limit = DefaultLimit
+	}
 	if o.Limit < 1 || o.Limit > MaxLimit {
 		return o, fmt.Errorf("-limit must be a whole number from 1 to %d (got %d)", MaxLimit, o.Limit)
 	}

@@ -43,13 +43,27 @@ func TestDerivedNumbers(t *testing.T) {
 	}
 }
 
+// The zero Options work: a queue of DefaultLimit slots, waiting without a
+// budget.
+func TestZeroOptions(t *testing.T) {
+	q, err := New(Options{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := q.Stats(); st.Limit != DefaultLimit {
+		t.Fatalf("limit %d, want DefaultLimit %d", st.Limit, DefaultLimit)
+	}
+	if o := q.Options(); o.KeepingUpBudget != 0 || o.FastThreshold != time.Second {
+		t.Fatalf("derived %+v, want no budget and a 1s fast threshold", o)
+	}
+}
+
 func TestInvalidOptions(t *testing.T) {
 	cases := []struct {
 		opts Options
 		want string
 	}{
-		{Options{Limit: 0}, "-limit must be a whole number from 1 to 10000 (got 0)"},
-		{Options{Limit: -3}, "-limit"},
+		{Options{Limit: -3}, "-limit must be a whole number from 1 to 10000 (got -3)"},
 		{Options{Limit: 1, Timeout: -time.Second}, "-queue-timeout must be 0"},
 		{Options{Limit: 1, Timeout: time.Minute, CongestionTimeout: -time.Second, CongestionTimeoutSet: true}, "-queue-congestion-timeout must be 0"},
 		{Options{Limit: 1, CongestionTimeout: time.Second, CongestionTimeoutSet: true}, "-queue-congestion-timeout 1s needs -queue-timeout"},

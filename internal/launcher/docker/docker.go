@@ -22,10 +22,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
 	"github.com/docker/go-connections/nat"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -189,7 +189,7 @@ func (l *Launcher) Check(ctx context.Context, b config.Resolved) error {
 func (l *Launcher) inspectImage(ctx context.Context, b config.Resolved) ([]nat.Port, error) {
 	img, err := l.engine.ImageInspect(ctx, b.Image.Name)
 	switch {
-	case errdefs.IsNotFound(err):
+	case cerrdefs.IsNotFound(err):
 		return nil, &launcher.StartError{Phase: launcher.PhaseImage, Browser: b.String(),
 			Msg: fmt.Sprintf("image %q is not on the Docker engine; build it or load it there (docker build / docker load) — the hub never pulls images", b.Image.Name)}
 	case client.IsErrConnectionFailed(err):

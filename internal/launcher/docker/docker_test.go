@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
-	"github.com/docker/docker/errdefs"
 	"github.com/docker/go-connections/nat"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -162,7 +162,7 @@ func TestStartServeStop(t *testing.T) {
 		t.Errorf("labels %v", info.Config.Labels)
 	}
 	inst.Stop(context.Background())
-	if _, err := engine.ContainerInspect(context.Background(), id); !errdefs.IsNotFound(err) {
+	if _, err := engine.ContainerInspect(context.Background(), id); !cerrdefs.IsNotFound(err) {
 		t.Fatalf("container still there after Stop: %v", err)
 	}
 	if egress.Published.Holds(uint16(driverPort)) {
@@ -255,7 +255,7 @@ func TestSweeps(t *testing.T) {
 	if n := restarted.Sweep(context.Background()); n != 1 {
 		t.Fatalf("periodic sweep removed %d, want 1 (the stray)", n)
 	}
-	if _, err := engine.ContainerInspect(context.Background(), stray.ID); !errdefs.IsNotFound(err) {
+	if _, err := engine.ContainerInspect(context.Background(), stray.ID); !cerrdefs.IsNotFound(err) {
 		t.Fatal("stray container survived")
 	}
 	if _, err := engine.ContainerInspect(context.Background(), live.(*instance).id); err != nil {
@@ -434,9 +434,9 @@ func TestEnvPrecedence(t *testing.T) {
 }
 
 func TestEndpointsChoice(t *testing.T) {
-	info := container.InspectResponse{NetworkSettings: &container.NetworkSettings{NetworkSettingsBase: container.NetworkSettingsBase{
-		Ports: nat.PortMap{"4444/tcp": []nat.PortBinding{{HostIP: "127.0.0.1", HostPort: "32770"}},
-			"5900/tcp": []nat.PortBinding{{HostIP: "127.0.0.1", HostPort: "32771"}}}}}}
+	info := container.InspectResponse{NetworkSettings: &container.NetworkSettings{}}
+	info.NetworkSettings.Ports = nat.PortMap{"4444/tcp": []nat.PortBinding{{HostIP: "127.0.0.1", HostPort: "32770"}},
+		"5900/tcp": []nat.PortBinding{{HostIP: "127.0.0.1", HostPort: "32771"}}}
 	side := exposedSidePorts(map[string]struct{}{"5900/tcp": {}, "8080/tcp": {}, "22/tcp": {}})
 	if len(side) != 2 {
 		t.Fatalf("side ports %v", side)

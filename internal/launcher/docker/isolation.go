@@ -9,9 +9,9 @@ import (
 	"slices"
 	"strings"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
-	"github.com/docker/docker/errdefs"
 
 	"github.com/websummoner/websummoner/internal/logtag"
 )
@@ -124,18 +124,18 @@ func (l *Launcher) connectApplications(ctx context.Context, netName string, apps
 // application containers) and removes it.
 func (l *Launcher) removeNetwork(ctx context.Context, name string) error {
 	info, err := l.engine.NetworkInspect(ctx, name, network.InspectOptions{})
-	if errdefs.IsNotFound(err) {
+	if cerrdefs.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("inspecting the session's network %s: %w", name, err)
 	}
 	for id := range info.Containers {
-		if err := l.engine.NetworkDisconnect(ctx, name, id, true); err != nil && !errdefs.IsNotFound(err) {
+		if err := l.engine.NetworkDisconnect(ctx, name, id, true); err != nil && !cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("disconnecting %s from the session's network %s: %w", shortID(id), name, err)
 		}
 	}
-	if err := l.engine.NetworkRemove(ctx, name); err != nil && !errdefs.IsNotFound(err) {
+	if err := l.engine.NetworkRemove(ctx, name); err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("removing the session's network %s: %w (the sweep retries every -sweep-interval)", name, err)
 	}
 	return nil

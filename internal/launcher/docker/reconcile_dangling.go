@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"strings"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/errdefs"
 
 	"github.com/websummoner/websummoner/internal/egress"
 	"github.com/websummoner/websummoner/internal/logtag"
@@ -33,12 +33,12 @@ func (l *Launcher) removeNow(ctx context.Context, inst *instance) error {
 	defer cancel()
 	if rec := inst.recorder; rec != nil {
 		// First: it lives in the browser's network namespace.
-		if err := l.engine.ContainerRemove(ctx, rec.id, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errdefs.IsNotFound(err) {
+		if err := l.engine.ContainerRemove(ctx, rec.id, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			logtag.Event(l.log, slog.LevelWarn, "", "CONTAINER_REMOVE_FAILED", shortID(rec.id), err, "the sweep will retry")
 		}
 	}
 	err := l.engine.ContainerRemove(ctx, inst.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
-	if err != nil && !errdefs.IsNotFound(err) {
+	if err != nil && !cerrdefs.IsNotFound(err) {
 		// Its ports stay refused to sandboxed browsers: it may publish them yet.
 		logtag.Event(l.log, slog.LevelWarn, "", "CONTAINER_REMOVE_FAILED", shortID(inst.id), err, "the sweep will retry")
 		return fmt.Errorf("removing container %s: %w (the sweep retries every -sweep-interval)", shortID(inst.id), err)
@@ -88,7 +88,7 @@ func (l *Launcher) sweep(ctx context.Context, all bool) int {
 		rctx, cancel := context.WithTimeout(ctx, l.opts.StopTimeout)
 		err := l.engine.ContainerRemove(rctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
 		cancel()
-		if err == nil || errdefs.IsNotFound(err) {
+		if err == nil || cerrdefs.IsNotFound(err) {
 			n++
 		}
 	}

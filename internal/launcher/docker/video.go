@@ -15,8 +15,8 @@ import (
 	"strconv"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/errdefs"
 
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
@@ -49,7 +49,7 @@ func (l *Launcher) checkRecorder(ctx context.Context, r launcher.Request) error 
 	}
 	_, err := l.engine.ImageInspect(ctx, l.opts.VideoImage)
 	switch {
-	case errdefs.IsNotFound(err):
+	case cerrdefs.IsNotFound(err):
 		return &launcher.StartError{Phase: launcher.PhaseImage, Browser: r.Browser.String(),
 			Msg: fmt.Sprintf("video recorder image %q (-video-recorder-image) is not on the Docker engine; build it with images/recorder/build.sh — the hub never pulls images", l.opts.VideoImage)}
 	case err != nil:
@@ -104,7 +104,7 @@ func (i *instance) finishVideo(ctx context.Context) (string, error) {
 	rec := i.recorder
 	l := i.l
 	timeout := int((l.opts.StopTimeout + time.Second - 1) / time.Second)
-	if err := l.engine.ContainerStop(ctx, rec.id, container.StopOptions{Signal: "SIGINT", Timeout: &timeout}); err != nil && !errdefs.IsNotFound(err) {
+	if err := l.engine.ContainerStop(ctx, rec.id, container.StopOptions{Signal: "SIGINT", Timeout: &timeout}); err != nil && !cerrdefs.IsNotFound(err) {
 		return "", fmt.Errorf("stopping the video recorder %s: %w", shortID(rec.id), err)
 	}
 	i.mu.Lock()

@@ -6,9 +6,9 @@ import (
 	"log/slog"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
-	"github.com/docker/docker/errdefs"
 
 	"github.com/websummoner/websummoner/internal/logtag"
 )
@@ -144,7 +144,7 @@ func (l *Launcher) reconcile(ctx context.Context) {
 	for _, i := range insts {
 		info, err := l.engine.ContainerInspect(ctx, i.id)
 		switch {
-		case errdefs.IsNotFound(err):
+		case cerrdefs.IsNotFound(err):
 			i.exit(fmt.Sprintf("container %s is gone", shortID(i.id)))
 		case err == nil && info.State != nil && !info.State.Running:
 			reason := fmt.Sprintf("container %s exited with code %d", shortID(i.id), info.State.ExitCode)

@@ -82,7 +82,7 @@ func (d *SockDiag) listener(port int) (inode uint64, ok bool, err error) {
 // ask sends one exact lookup and reads its answer. Neither call waits
 // (MSG_DONTWAIT): the kernel answers a sock_diag request while it is being
 // sent, so the answer is queued when sendto returns, and a call that cannot
-// wait needs none of the scheduler's system-call path (as in package rawio).
+// wait never blocks the thread.
 func (d *SockDiag) ask(port int) (inode uint64, ok bool, err error) {
 	d.seq++
 	msg := listenerRequest(port, d.seq)

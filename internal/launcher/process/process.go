@@ -355,9 +355,6 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	if err == nil {
 		return inst, nil
 	}
-	if f, ok := l.opts.ReadyTransport.(launcher.HostForgetter); ok {
-		f.ForgetHost(inst.endpoints.Driver.Host) // the poll's connection, whoever answered it
-	}
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.opts.StopTimeout)
 	defer cancel()
 	_ = inst.Stop(stopCtx)

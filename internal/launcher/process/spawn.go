@@ -313,7 +313,7 @@ func (s *spawner) start(r *spawnReq) (int, error) {
 // status 1", "signal: killed"). It waits on the driver's pidfd in Go's poller
 // rather than in wait4: a blocked wait4 holds a thread for the driver's whole
 // life (at -limit 10,000 more than Go's 10,000-thread limit), and, with one
-// CPU for the hub (-max-procs), the hub's only one until the runtime notices.
+// CPU for the hub (GOMAXPROCS=1), the hub's only one until the runtime notices.
 func waitPid(pid int) string {
 	var ws syscall.WaitStatus
 	var err error

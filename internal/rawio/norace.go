@@ -1,6 +1,0 @@
-//go:build !race
-
-package rawio
-
-// raceEnabled: see race.go.
-const raceEnabled = false
