@@ -30,6 +30,7 @@ import (
 	"github.com/websummoner/websummoner/internal/auth"
 	"github.com/websummoner/websummoner/internal/capacity"
 	"github.com/websummoner/websummoner/internal/config"
+	"github.com/websummoner/websummoner/internal/egress"
 	"github.com/websummoner/websummoner/internal/httpserver"
 	"github.com/websummoner/websummoner/internal/hub"
 	"github.com/websummoner/websummoner/internal/launcher"
@@ -308,6 +309,13 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	c.hub.Transport = drivers
 	if c.process.Sandbox, err = processSandbox(c.processSandbox, c.auth.File != "", dialer); err != nil {
 		return nil, err
+	}
+	if c.process.Sandbox != nil {
+		// Containers' ports on the host's loopback are other sessions'
+		// browsers: the sandboxes' proxies refuse them.
+		published := &egress.PortSet{}
+		c.docker.Published = published
+		c.process.Sandbox.Egress = &egress.Guard{Ports: published}
 	}
 	if c.process.Sandbox == nil && c.auth.File == "" && c.processSandbox != "off" {
 		logtag.Event(p.log, slog.LevelInfo, "", "NO_SANDBOX", "local drivers run as the hub's user, on its loopback: fit for one user (-process-sandbox on, or -htpasswd, sandboxes them)")

@@ -26,7 +26,7 @@ import (
 //     take connections from the host as from the hub;
 //   - link-local addresses (169.254.0.0/16, fe80::/10: cloud metadata
 //     services), unspecified, multicast and broadcast addresses;
-//   - a loopback port a Docker session of this hub publishes (Published).
+//   - a loopback port a Docker session of this hub publishes (Guard.Ports).
 //
 // Allowed: the rest of loopback (the host's own services, the application a
 // user tests on localhost) and whatever the default route reaches.
@@ -42,7 +42,9 @@ type Guard struct {
 	// each connection, as sessions' networks come and go; nil:
 	// AttachedNetworks.
 	Attached func() ([]Network, error)
-	// Ports are the loopback ports refused; nil: Published.
+	// Ports are the loopback ports refused: the ones this hub's Docker
+	// sessions publish, which the Docker launcher records there
+	// (docker.Options.Published). Nil: none.
 	Ports *PortSet
 }
 
@@ -81,7 +83,7 @@ func (g *Guard) Check(ip netip.Addr, port uint16, attached []Network) error {
 	case netns.Range().Contains(ip):
 		return refuse("an address of a session's sandbox (" + netns.Range().String() + ")")
 	case ip.IsLoopback():
-		if g.ports().Holds(port) {
+		if g.Ports.Holds(port) {
 			return refuse(fmt.Sprintf("on the host's loopback, and port %d is a Docker session's", port))
 		}
 		return nil
@@ -96,13 +98,6 @@ func (g *Guard) Check(ip netip.Addr, port uint16, attached []Network) error {
 		}
 	}
 	return nil
-}
-
-func (g *Guard) ports() *PortSet {
-	if g.Ports != nil {
-		return g.Ports
-	}
-	return Published
 }
 
 // DialContext connects to addr (host:port, TCP only) if every address of
@@ -174,21 +169,21 @@ func (g *Guard) attached() ([]Network, error) {
 	return AttachedNetworks()
 }
 
-// PortSet is a set of loopback ports, safe for concurrent use.
+// PortSet is a set of loopback ports, safe for concurrent use. The Docker
+// launcher adds the ports a container publishes on the host's loopback (its
+// driver, DevTools, VNC, file and clipboard services, which take a connection
+// from there as one from the hub) when it starts and removes them when it is
+// gone. A nil *PortSet is empty and takes nothing.
 type PortSet struct {
 	mu    sync.Mutex
 	ports map[uint16]int
 }
 
-// Published holds the loopback ports this process's Docker sessions publish
-// (their driver, DevTools, VNC, file and clipboard services, which take a
-// connection from the host's loopback as one from the hub): the Docker
-// launcher adds them when a container starts and removes them when it is
-// gone, and the guard refuses them.
-var Published = &PortSet{}
-
 // Add puts ports in the set; a port added twice stays until removed twice.
 func (s *PortSet) Add(ports ...uint16) {
+	if s == nil {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ports == nil {
@@ -201,6 +196,9 @@ func (s *PortSet) Add(ports ...uint16) {
 
 // Remove takes ports out of the set, once for each Add.
 func (s *PortSet) Remove(ports ...uint16) {
+	if s == nil {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range ports {
@@ -214,6 +212,9 @@ func (s *PortSet) Remove(ports ...uint16) {
 
 // Holds says whether port is in the set.
 func (s *PortSet) Holds(port uint16) bool {
+	if s == nil {
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ports[port] > 0

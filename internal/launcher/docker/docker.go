@@ -70,6 +70,10 @@ type Options struct {
 	Mem, CPU string
 	// Address is how the hub reaches drivers; empty means Published.
 	Address Address
+	// Published records the ports containers publish on the host's loopback
+	// while they live, for sandboxed local browsers' proxies to refuse
+	// (egress.Guard.Ports). Nil: not recorded.
+	Published *egress.PortSet
 	// SweepInterval is how often containers with no live session are removed;
 	// zero means 30s.
 	SweepInterval time.Duration
@@ -337,7 +341,7 @@ func (l *Launcher) run(ctx context.Context, inst *instance, r launcher.Request, 
 	// The container's services take a connection from the host's loopback
 	// as one from the hub: a sandboxed browser's proxy must not make one.
 	inst.published = loopbackPorts(e)
-	egress.Published.Add(inst.published...)
+	l.opts.Published.Add(inst.published...)
 	err = launcher.WaitReady(ctx, l.client, e.Driver, inst.exited)
 	switch {
 	case err == nil:

@@ -127,7 +127,8 @@ func stubRequest(env ...string) launcher.Request {
 }
 
 func TestStartServeStop(t *testing.T) {
-	l, _ := newLauncher(t, Options{}, nil)
+	ports := &egress.PortSet{}
+	l, _ := newLauncher(t, Options{Published: ports}, nil)
 	inst, err := l.Start(context.Background(), stubRequest())
 	if err != nil {
 		t.Fatal(err)
@@ -142,7 +143,7 @@ func TestStartServeStop(t *testing.T) {
 	resp.Body.Close()
 	// Its published ports are refused to sandboxed browsers while it lives.
 	driverPort, _ := strconv.ParseUint(inst.Endpoints().Driver.Port(), 10, 16)
-	if !egress.Published.Holds(uint16(driverPort)) {
+	if !ports.Holds(uint16(driverPort)) {
 		t.Errorf("the driver's port %d on the host's loopback is not refused to sandboxed browsers", driverPort)
 	}
 	id := inst.(*instance).id
@@ -165,7 +166,7 @@ func TestStartServeStop(t *testing.T) {
 	if _, err := engine.ContainerInspect(context.Background(), id); !cerrdefs.IsNotFound(err) {
 		t.Fatalf("container still there after Stop: %v", err)
 	}
-	if egress.Published.Holds(uint16(driverPort)) {
+	if ports.Holds(uint16(driverPort)) {
 		t.Errorf("port %d still refused after its container is gone", driverPort)
 	}
 }

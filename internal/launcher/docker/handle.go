@@ -36,7 +36,7 @@ type instance struct {
 	requestID string
 	recorder  *recorder // set when the session records video
 	// published are the container's ports on the host's loopback, refused
-	// to sandboxed browsers (egress.Published) until it is removed.
+	// to sandboxed browsers (Options.Published) until it is removed.
 	published []uint16
 }
 

@@ -11,7 +11,6 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 
-	"github.com/websummoner/websummoner/internal/egress"
 	"github.com/websummoner/websummoner/internal/logtag"
 )
 
@@ -43,7 +42,7 @@ func (l *Launcher) removeNow(ctx context.Context, inst *instance) error {
 		logtag.Event(l.log, slog.LevelWarn, "", "CONTAINER_REMOVE_FAILED", shortID(inst.id), err, "the sweep will retry")
 		return fmt.Errorf("removing container %s: %w (the sweep retries every -sweep-interval)", shortID(inst.id), err)
 	}
-	egress.Published.Remove(inst.published...)
+	l.opts.Published.Remove(inst.published...)
 	inst.published = nil
 	return l.dropNetwork(ctx, inst.network)
 }
