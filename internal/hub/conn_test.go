@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -324,5 +325,98 @@ func TestHostileAnswerFraming(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// hostileDriverFixture is a hub with one session whose driver answers every
+// command with handle (on the hijacked connection), and the command URL.
+func hostileDriverFixture(t *testing.T, handle func(c net.Conn, r *http.Request)) (*fixture, string) {
+	l := &stubLauncher{wrap: func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && r.URL.Path == "/session" || r.Method == http.MethodDelete && strings.Count(r.URL.Path, "/") == 2 {
+				h.ServeHTTP(w, r)
+				return
+			}
+			c, _, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			handle(c, r)
+		})
+	}}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	return f, f.srv.URL + "/session/" + id
+}
+
+// A driver whose answer head has no end: the hub reads at most its bound
+// (1 MiB), answers 502, and does not hold what the driver sent.
+func TestEndlessAnswerHeadIsBounded(t *testing.T) {
+	for name, head := range map[string][2]string{
+		"one endless header line": {"HTTP/1.1 200 OK\r\nX-A: ", "a"},
+		"endless headers":         {"HTTP/1.1 200 OK\r\n", "X-A: a\r\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, cmd := hostileDriverFixture(t, func(c net.Conn, _ *http.Request) {
+				io.WriteString(c, head[0])
+				chunk := strings.Repeat(head[1], 64<<10/len(head[1]))
+				for range 256 { // 16 MiB at most, until the hub hangs up
+					if _, err := io.WriteString(c, chunk); err != nil {
+						return
+					}
+				}
+			})
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			resp, err := http.Get(cmd + "/title")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			runtime.ReadMemStats(&after)
+			if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), "exceeded 1048576 bytes") {
+				t.Fatalf("an endless head: %d %q; want 502 naming the head's bound", resp.StatusCode, b)
+			}
+			// Parsing a head of the bound's size allocates up to ~17 times it
+			// (textproto's map and strings); unbounded, the 16 MiB the driver
+			// sends would cost some 150-200 MB.
+			if grew := after.TotalAlloc - before.TotalAlloc; grew > 32<<20 {
+				t.Fatalf("reading the head allocated %d bytes", grew)
+			}
+		})
+	}
+}
+
+// A command whose connection to the driver breaks after the driver had it and
+// before its answer is not sent again when it may have acted (a POST, a
+// DELETE): the client gets the error. A GET may be sent again, on a new
+// connection, when the driver closed a kept one.
+func TestCommandNeverSentTwiceWhenItMayHaveActed(t *testing.T) {
+	for _, method := range []string{http.MethodPost, http.MethodDelete} {
+		t.Run(method, func(t *testing.T) {
+			var seen atomic.Int32
+			_, cmd := hostileDriverFixture(t, func(c net.Conn, r *http.Request) {
+				if r.URL.Path[len(r.URL.Path)-4:] == "/url" {
+					seen.Add(1) // read whole, then the connection closed without an answer
+					return
+				}
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+			})
+			req, _ := http.NewRequest(method, cmd+"/url", strings.NewReader(`{"url":"https://example.test/"}`))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadGateway || seen.Load() != 1 {
+				t.Fatalf("%s: %d %q, the driver had it %d times; want 502 and once", method, resp.StatusCode, b, seen.Load())
+			}
+		})
 	}
 }
