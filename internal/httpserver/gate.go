@@ -15,9 +15,8 @@ import (
 // and no request state, which the HTTP server allocates the moment it accepts.
 // Thousands of clients that connect at once and write later (a CI fleet
 // starting together, a load tool starved of CPU) otherwise hold thousands of
-// those at once: at the peak of the waiters benchmark's arrival of 10,000,
-// 103 MB of live heap and 21 MB of stacks, for requests that hold 3.7 KiB each
-// once queued. TCP_DEFER_ACCEPT does the same in the kernel, but not once a
+// those at once, many times what the same requests hold once queued (the
+// waiters scenario of docs/benchmarks.md). TCP_DEFER_ACCEPT does the same in the kernel, but not once a
 // burst overflows the SYN queue and syncookies take over.
 //
 // Of the connections that have something to read, at most arrivalSlots are in

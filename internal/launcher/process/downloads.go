@@ -10,10 +10,9 @@ import (
 )
 
 // Each session gets a download directory of its own. Creating and removing
-// a directory are journaled metadata writes (mkdir 50 µs and RemoveAll
-// 120–140 µs on this machine's ext4), about a fifth of the hub's CPU per
-// session under churn, and the removal ran while the session's slot was still
-// held. A directory its session left empty is instead renamed and kept for a
+// a directory are journaled metadata writes, a large part of the hub's CPU
+// per session under churn, and the removal ran while the session's slot was
+// still held. A directory its session left empty is instead renamed and kept for a
 // later session: checking that it is empty is a read, and the rename means
 // a request for the ended session's files still in flight finds nothing there
 // rather than the next session's.

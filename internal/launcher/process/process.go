@@ -150,8 +150,8 @@ func (l *Launcher) reservePort() (int, error) {
 // bindable says whether a driver could bind 127.0.0.1:port now, by binding a
 // socket there as the driver's own is (SO_REUSEADDR, which Go programs and
 // chromedriver set) and closing it unlistened. net.Listen did the same bind
-// and added a listen and the poller's registration and removal of the socket:
-// 35 µs a start, against 14 (BenchmarkReservePort). An error is a socket
+// and added a listen and the poller's registration and removal of the socket,
+// more than doubling the check's cost (BenchmarkReservePort). An error is a socket
 // that could not be made at all (out of descriptors), not a taken port.
 func bindable(port int) (bool, error) {
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)

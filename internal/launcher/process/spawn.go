@@ -16,9 +16,10 @@ import (
 
 // spawner starts drivers from a thread of this process with a descriptor table
 // of its own. A fork copies the forking thread's table and the exec closes it
-// again in the child, so a hub holding 15,000 waiting clients' connections
-// paid 7 ms per driver start instead of 0.8 (BenchmarkExecWithOpenDescriptors)
-// and the hand-off to a waiter slowed with the queue's length. This thread's
+// again in the child, so a hub holding thousands of waiting clients'
+// connections paid for each of them at every driver start
+// (BenchmarkExecWithOpenDescriptors), and the hand-off to a waiter slowed with
+// the queue's length. This thread's
 // table is a copy of the hub's when the launcher was made, less every file and
 // socket in it: what a fork from here copies stays a handful of descriptors,
 // however many connections the hub holds.
@@ -249,12 +250,9 @@ func forkExec(r *spawnReq, stdin, out int) (int, error) {
 }
 
 // directForkTable is the descriptor table (FDSize) up to which fork forks
-// from the calling thread. A fork's copy costs about 0.1 µs a descriptor
-// (BenchmarkExecWithOpenDescriptors: 2,000 open, +0.2 ms); the two
-// hand-offs to the spawner's thread and back cost 6-70 µs on an idle
-// machine and 0.25-0.5 ms a start of a 4-client churn, where the starting
-// goroutine and the locked thread wait for each other's CPU
-// (docs/benchmarks.md).
+// from the calling thread: below it a fork's copy of the table
+// (BenchmarkExecWithOpenDescriptors) costs less than the two hand-offs to
+// the spawner's thread and back, which under churn wait for each other's CPU.
 const directForkTable = 1024
 
 // fork starts r the cheaper way for the hub's table now: from the calling
@@ -275,7 +273,7 @@ func (s *spawner) fork(r *spawnReq) (int, error) {
 
 // tableSize is the size of the process's descriptor table (FDSize in
 // /proc/self/status: what a fork copies at most), or MaxInt when it cannot
-// be read. One read of a small file: 15 µs.
+// be read: one read of a small file.
 func tableSize() int {
 	data, err := os.ReadFile("/proc/self/status")
 	if err != nil {
