@@ -206,6 +206,9 @@ func (e *Env) stubBrowsers(extra ...string) string {
 func command(name string, args ...string) *exec.Cmd {
 	cmd := exec.Command(name, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A driver's browser inherits the driver's output and may outlive it a
+	// moment: Wait does not wait on it for longer than this.
+	cmd.WaitDelay = 5 * time.Second
 	return cmd
 }
 
@@ -214,6 +217,13 @@ func (e *Env) start(ctx context.Context, bin string, args []string, port int, re
 	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)
 	}
+	return e.startWith(ctx, cmd, port, ready)
+}
+
+// startWith starts cmd, made by command (and perhaps given a process group of
+// its own), and waits until it prints ready: it then serves on 127.0.0.1:port.
+func (e *Env) startWith(ctx context.Context, cmd *exec.Cmd, port int, ready string) (*proc, error) {
+	bin := cmd.Path
 	p := &proc{cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan struct{})}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
@@ -290,18 +300,13 @@ func childrenCPU(pid int) float64 { return statCPU(pid, 13) }
 // the next, in seconds.
 func statCPU(pid, field int) float64 {
 	data, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+2:])
-	if len(f) < field+2 {
+	f, err := statFields(string(data))
+	if err != nil || len(f) < field+2 {
 		return 0
 	}
 	a, _ := strconv.ParseFloat(f[field], 64)
 	b, _ := strconv.ParseFloat(f[field+1], 64)
-	return (a + b) / 100 // USER_HZ
+	return (a + b) / userHZ
 }
 
 // machineCPU is the CPU time the whole machine has spent busy, every CPU's

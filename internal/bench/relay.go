@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"runtime"
 	"strconv"
 	"strings"
 )
@@ -22,9 +20,8 @@ const RelayEnv = "WSBENCH_RELAY"
 // splice(2)). It reads no HTTP at all, so the proxy scenario's relay row is
 // what one extra loopback hop costs by itself; the hub's row over the relay's
 // is what the hub's own work adds. It runs as a separate process, as the hub
-// does, on the hub's low GOMAXPROCS (it never raises it, as the hub does for a
-// crowd of commands), and prints "listening" once every listener is open. It
-// returns only on error.
+// does, with Go's default GOMAXPROCS, as the hub has, and prints "listening"
+// once every listener is open. It returns only on error.
 func Relay(spec string) error {
 	targets := map[string]string{}
 	for pair := range strings.SplitSeq(spec, ",") {
@@ -37,7 +34,6 @@ func Relay(spec string) error {
 		}
 		targets[port] = target
 	}
-	asTheHub()
 	for port, target := range targets {
 		l, err := net.Listen("tcp", "127.0.0.1:"+port)
 		if err != nil {
@@ -56,15 +52,6 @@ func Relay(spec string) error {
 	fmt.Println("relay listening")
 	<-context.Background().Done()
 	return nil
-}
-
-// asTheHub gives the process the hub's low default -max-procs (a quarter of
-// the CPUs, at least 1) unless GOMAXPROCS is set, as the hub would take it:
-// the relay and the echo process stand where the hub does.
-func asTheHub() {
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/4))
-	}
 }
 
 func relayConn(c net.Conn, target string) {

@@ -186,21 +186,12 @@ func (e *Env) Proxy(ctx context.Context, concs []int) (*Result, error) {
 			r.Figures[fmt.Sprintf("c%d_%s_ms", c, k)] = float64(v) / 1e6
 		}
 		r50, r99 := float64(percentile(hl, 50))/float64(percentile(dl, 50)), float64(percentile(hl, 99))/float64(percentile(dl, 99))
+		// Reported, not targets: a stub driver answers in microseconds, so
+		// these ratios weigh the hub's hop against almost nothing; the
+		// realbrowser scenario holds the hub to a real driver's time.
 		r.Figures[fmt.Sprintf("c%d_ratio_p50", c)] = r50
 		r.Figures[fmt.Sprintf("c%d_ratio_p99", c)] = r99
-		switch c {
-		case 1, 4:
-			r.target(fmt.Sprintf("hub p50 over direct p50 at %d sessions", c), r50, 2.0, "×")
-			r.target(fmt.Sprintf("hub p99 over direct p99 at %d sessions", c), r99, 2.5, "×")
-		case 32:
-			r.target("hub p50 over direct p50 at 32 sessions", r50, 1.5, "×")
-		}
-		// What the hub's trials chose (package procs): the low-load CPUs its
-		// commands ran on, which the figures above depend on.
-		if low := metric(client.c, hub.url, "websummoner_hub_procs_low"); low > 0 {
-			r.Figures[fmt.Sprintf("c%d_hub_procs_low", c)] = low
-			r.Notes = append(r.Notes, fmt.Sprintf("%d sessions: the hub ran its low-load commands on %.0f CPUs at the end (websummoner_hub_procs_low)", c, low))
-		}
+		r.Notes = append(r.Notes, fmt.Sprintf("%d sessions: hub over direct p50 %.3f×, p99 %.3f× (reported, not targets)", c, r50, r99))
 		for _, id := range viaHub {
 			client.remove(hub.url+"/wd/hub", id)
 		}
@@ -347,7 +338,9 @@ func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, er
 	row("floor (load tool spawns the stub)", floor, "")
 	row("hub", run, fmt.Sprintf("%.2f", run.cpuSeconds/n*1000))
 	r.targetMin(fmt.Sprintf("hub sessions/s over the floor's at %d clients", c), run.perSecond()/floor.perSecond(), 0.85, "×")
-	r.target(fmt.Sprintf("hub create p50 over the floor's at %d clients", c), float64(percentile(run.creates, 50))/float64(percentile(floor.creates, 50)), 1.15, "×")
+	createRatio := float64(percentile(run.creates, 50)) / float64(percentile(floor.creates, 50))
+	r.Figures["create_p50_over_floor"] = createRatio
+	r.Notes = append(r.Notes, fmt.Sprintf("hub create p50 over the floor's: %.3f× (reported, not a target)", createRatio))
 	if c == 4 {
 		r.target("hub DELETE p50 over the driver's own DELETE p50 (4 clients)", float64(percentile(run.deletes, 50))/float64(percentile(floor.deletes, 50)), 1.2, "×")
 		stop, err := sleepers(2000, d)
@@ -358,13 +351,17 @@ func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, er
 		stop()
 		row("hub, 2,000 sleeping processes", busy, fmt.Sprintf("%.2f", busy.cpuSeconds/float64(busy.sessions)*1000))
 		r.Figures["busy_delete_p50_ms"] = float64(percentile(busy.deletes, 50)) / 1e6
-		r.target("DELETE p50 beside 2,000 sleeping processes over without", float64(percentile(busy.deletes, 50))/float64(percentile(run.deletes, 50)), 1.1, "×")
-		// A ratio to the floor's one client, like every other target: the
-		// absolute figure (10 ms on the machine where it was set) moves with
-		// how fast the machine starts a process.
-		r.target("one client's create p50 over the floor's one client", float64(percentile(alone, 50))/float64(percentile(aloneFloor.creates, 50)), 1.15, "×")
+		// Reported beside the targets, no longer targets themselves (issue
+		// 34): a DELETE among many processes, one client's create against
+		// the floor's one client, and RSS over the run.
+		busyRatio := float64(percentile(busy.deletes, 50)) / float64(percentile(run.deletes, 50))
+		aloneRatio := float64(percentile(alone, 50)) / float64(percentile(aloneFloor.creates, 50))
+		r.Figures["busy_delete_over_delete_p50"] = busyRatio
+		r.Figures["one_client_create_over_floor"] = aloneRatio
+		r.Figures["rss_end_over_early"] = run.rssEnd / rssEarly
 		r.Figures["floor_one_client_create_p50"] = float64(percentile(aloneFloor.creates, 50)) / 1e6
-		r.target("RSS at the end over RSS after the first 100 sessions", run.rssEnd/rssEarly, 1.2, "×")
+		r.Notes = append(r.Notes, fmt.Sprintf("reported, not targets: DELETE p50 beside 2,000 sleeping processes over without %.3f×; one client's create p50 over the floor's one client %.3f×; RSS at the end over after the first 100 sessions %.3f×",
+			busyRatio, aloneRatio, run.rssEnd/rssEarly))
 		r.Notes = append(r.Notes, fmt.Sprintf("one client alone: create p50 %s ms, p99 %s ms; the floor's one client: p50 %s ms", ms(percentile(alone, 50)), ms(percentile(alone, 99)), ms(percentile(aloneFloor.creates, 50))))
 	}
 	r.Notes = append(r.Notes, fmt.Sprintf("the stub takes %v to answer DELETE (a real driver quits its browser there)", stubDeleteDelay))

@@ -102,7 +102,7 @@ func JamChart(r *Result, points []JamPoint, path string) error {
 }
 
 // Ratio is one bar of FloorChart: the hub's figure over its same-run floor,
-// and the target ratio.
+// and the target ratio (0: reported, no target).
 type Ratio struct {
 	Label         string
 	Value, Target float64
@@ -122,7 +122,7 @@ func FloorChart(ratios []Ratio, path string) error {
 	}
 	maxV *= 1.1
 	px := func(v float64) int { return left + int(float64(w-30-left)*v/maxV) }
-	s := newSVG(w, h, "The hub over its floor, same run (1.0 = the floor; dashed = target)")
+	s := newSVG(w, h, "The hub over its floor, same run (1.0 = the floor; dashed = target; grey = reported)")
 	s.add(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`, px(1), top, px(1), top+row*len(ratios))
 	for i, r := range ratios {
 		y := top + i*row + 6
@@ -131,19 +131,82 @@ func FloorChart(ratios []Ratio, path string) error {
 			met = r.Value >= r.Target
 		}
 		color := "#31a354"
-		if !met {
+		switch {
+		case r.Target == 0:
+			color = "#969696"
+		case !met:
 			color = "#de2d26"
 		}
 		s.add(`<text x="%d" y="%d" text-anchor="end">%s</text>`, left-8, y+14, r.Label)
 		s.add(`<rect x="%d" y="%d" width="%d" height="20" fill="%s"/>`, left, y, px(r.Value)-left, color)
 		// The value's label clears the target's line when the two are close.
 		lx := px(r.Value) + 4
-		if t := px(r.Target); t >= lx-4 && t < lx+40 {
+		if t := px(r.Target); r.Target > 0 && t >= lx-4 && t < lx+40 {
 			lx = t + 4
 		}
 		s.add(`<text x="%d" y="%d">%.2f×</text>`, lx, y+14, r.Value)
-		s.add(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black" stroke-dasharray="3"/>`, px(r.Target), y-3, px(r.Target), y+23)
+		if r.Target > 0 {
+			s.add(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black" stroke-dasharray="3"/>`, px(r.Target), y-3, px(r.Target), y+23)
+		}
 	}
-	s.add(`<text x="%d" y="%d">%s</text>`, left, h-16, "green: target met; red: missed")
+	s.add(`<text x="%d" y="%d">%s</text>`, left, h-16, "green: target met; red: missed; grey: reported, no target")
+	return s.save(path)
+}
+
+// RealBrowserChart draws the realbrowser scenario's p50 and p99 per path
+// (chromedriver direct, the hub, Selenoid if it ran) and the hub's and
+// Selenoid's own CPU per command, from its Result.
+func RealBrowserChart(r *Result, path string) error {
+	type bar struct {
+		label, key string
+	}
+	var paths []bar
+	for _, p := range []bar{{"chromedriver, direct", "direct"}, {"hub", "hub"}, {"Selenoid", "selenoid"}} {
+		if _, ok := r.Figures[p.key+"_p50_ms"]; ok {
+			paths = append(paths, p)
+		}
+	}
+	if len(paths) == 0 {
+		return fmt.Errorf("realbrowser chart: the result has no p50 figure of any path")
+	}
+	const w, h, left, top, row = 760, 300, 170, 50, 28
+	maxMs, maxCPU := 0.0, 0.0
+	for _, p := range paths {
+		maxMs = max(maxMs, r.Figures[p.key+"_p99_ms"])
+		maxCPU = max(maxCPU, r.Figures[p.key+"_cpu_us_per_cmd"])
+	}
+	maxMs, maxCPU = maxMs*1.2, max(maxCPU, 1)*1.25
+	half := (w - left - 40) / 2
+	s := newSVG(w, h, fmt.Sprintf("A real browser: four commands on one headless Chromium, %.0f per path, same run", r.Figures["commands_per_target"]))
+	s.add(`<text x="%d" y="%d" text-anchor="middle">latency, ms (light: p50, dark: p99)</text>`, left+half/2, top-8)
+	s.add(`<text x="%d" y="%d" text-anchor="middle">own CPU per command, µs</text>`, left+half+30+half/2, top-8)
+	for i, p := range paths {
+		y := top + i*2*row
+		s.add(`<text x="%d" y="%d" text-anchor="end">%s</text>`, left-8, y+row-4, p.label)
+		for j, q := range []struct {
+			key, color string
+		}{{"_p50_ms", "#9ecae1"}, {"_p99_ms", "#3182bd"}} {
+			v := r.Figures[p.key+q.key]
+			bw := int(float64(half) * v / maxMs)
+			s.add(`<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/><text x="%d" y="%d">%.3f</text>`, left, y+j*13, bw, 12, q.color, left+bw+4, y+j*13+11, v)
+		}
+		if v, ok := r.Figures[p.key+"_cpu_us_per_cmd"]; ok {
+			x0 := left + half + 30
+			bw := int(float64(half-40) * v / maxCPU)
+			s.add(`<rect x="%d" y="%d" width="%d" height="24" fill="#fdae6b"/><text x="%d" y="%d">%.0f</text>`, x0, y, bw, x0+bw+4, y+16, v)
+		}
+	}
+	y := top + len(paths)*2*row + 10
+	var ratios []string
+	if v, ok := r.Figures["hub_over_direct_p50"]; ok {
+		ratios = append(ratios, fmt.Sprintf("hub p50 / direct %.3f× (target ≤ 1.05)", v))
+	}
+	if v, ok := r.Figures["hub_over_selenoid_p50"]; ok {
+		ratios = append(ratios, fmt.Sprintf("hub p50 / Selenoid %.3f× (≤ 1.0)", v))
+	}
+	if v, ok := r.Figures["hub_over_selenoid_cpu"]; ok {
+		ratios = append(ratios, fmt.Sprintf("hub CPU / Selenoid %.3f× (≤ 0.75)", v))
+	}
+	s.add(`<text x="%d" y="%d">%s</text>`, 20, y+14, strings.Join(ratios, "; "))
 	return s.save(path)
 }

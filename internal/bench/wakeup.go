@@ -13,13 +13,12 @@ import (
 // port given and sends back every byte it reads.
 const EchoEnv = "WSBENCH_ECHO"
 
-// Echo serves the wakeup scenario, on one P like the hub; it returns only on
-// error.
+// Echo serves the wakeup scenario, with Go's default GOMAXPROCS as the hub
+// has; it returns only on error.
 func Echo(port string) error {
 	if _, err := strconv.Atoi(port); err != nil {
 		return fmt.Errorf("%s: %q is not a port", EchoEnv, port)
 	}
-	asTheHub()
 	l, err := net.Listen("tcp", "127.0.0.1:"+port)
 	if err != nil {
 		return err
