@@ -153,6 +153,9 @@ type proc struct {
 	logsMu sync.Mutex
 	logs   bytes.Buffer // the hub's warnings and failed sessions, for errors
 	done   chan struct{}
+	// leftDirs are removed, if empty, once the process has stopped: a hub
+	// leaves its instance's two directories behind.
+	leftDirs []string
 }
 
 // failures are the process's logged failures so far (at most the last 2 KB).
@@ -181,7 +184,23 @@ func (e *Env) startHub(ctx context.Context, browsers string, args ...string) (*p
 		// waiters scenario, and a hub refuses to share its instance.
 		"-instance", fmt.Sprintf("wsbench-%d-%d", os.Getpid(), port), "-graceful-period", "1s"}, args...)
 	all = append(all, strings.Fields(os.Getenv("WSBENCH_HUB_ARGS"))...)
-	return e.start(ctx, e.Hub, all, port, "[INIT]", hubEnv()...)
+	p, err := e.start(ctx, e.Hub, all, port, "[INIT]", hubEnv()...)
+	if err != nil {
+		return nil, err
+	}
+	// The hub keeps a session's downloads and TMPDIR under its instance's
+	// name in $TMPDIR/websummoner-downloads and leaves the two directories
+	// there, empty, when it stops: a run would leave two for every hub.
+	instance := ""
+	for i, a := range all[:len(all)-1] {
+		if a == "-instance" {
+			instance = all[i+1] // the last one given is the hub's
+		}
+	}
+	for _, d := range []string{instance, instance + ".tmp"} {
+		p.leftDirs = append(p.leftDirs, filepath.Join(os.TempDir(), "websummoner-downloads", d))
+	}
+	return p, nil
 }
 
 // hubEnv is WSBENCH_HUB_ENV, split on spaces. The hub's drivers inherit the
@@ -272,6 +291,9 @@ func (p *proc) stop() {
 	case <-time.After(15 * time.Second):
 		p.cmd.Process.Kill()
 		<-p.done
+	}
+	for _, d := range p.leftDirs {
+		os.Remove(d) // only if empty: what is left in it is someone's to see
 	}
 }
 

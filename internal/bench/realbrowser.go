@@ -266,7 +266,6 @@ func (e *Env) RealBrowser(ctx context.Context, opt RealBrowserOptions) (r *Resul
 	var procs []*proc
 	var groups []int
 	var targets []*rbTarget
-	var leftDirs []string
 	defer func() {
 		for _, t := range targets {
 			t.close()
@@ -281,9 +280,6 @@ func (e *Env) RealBrowser(ctx context.Context, opt RealBrowserOptions) (r *Resul
 			err = fmt.Errorf("realbrowser: %d adopted processes did not end within 10s of SIGKILL", left)
 		}
 		stopAdopting()
-		for _, d := range leftDirs {
-			os.Remove(d)
-		}
 	}()
 
 	// Chromium's temporary files, and what a killed one leaves there, go
@@ -316,17 +312,11 @@ func (e *Env) RealBrowser(ctx context.Context, opt RealBrowserOptions) (r *Resul
 	// A short -instance: a session's TMPDIR is under the instance's name,
 	// and Chromium refuses to start (its SingletonSocket's path over the 107
 	// bytes a Unix socket's name may have) under the long one startHub gives.
-	instance := fmt.Sprintf("rb%d", os.Getpid())
-	hub, err := e.startHub(ctx, conf, "-process-sandbox", "off", "-instance", instance)
+	hub, err := e.startHub(ctx, conf, "-process-sandbox", "off", "-instance", fmt.Sprintf("rb%d", os.Getpid()))
 	if err != nil {
 		return nil, fmt.Errorf("realbrowser: starting the hub: %w", err)
 	}
 	procs = append(procs, hub)
-	// The hub leaves its instance's two directories behind, empty: removed
-	// once it has stopped (os.Remove leaves one that is not empty).
-	for _, d := range []string{instance, instance + ".tmp"} {
-		leftDirs = append(leftDirs, filepath.Join(os.TempDir(), "websummoner-downloads", d))
-	}
 	targets = append(targets, newTarget("hub", hub.url+"/wd/hub", hub.pid()))
 
 	sel := &rbTarget{rbPath: rbPath{name: "Selenoid", cpu: -1, schedNs: -1}}

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 )
 
@@ -20,10 +22,20 @@ func TestWaitersFlatRunsTwoHubsAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The hubs' own temporary directory, to see what they leave in it.
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
 	e := &Env{Hub: hub, Stub: stub, Short: true, Dir: dir, Log: io.Discard}
 	small, big, err := e.WaitersFlat(ctx, 1, 3, 12, 3)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if left, _ := os.ReadDir(filepath.Join(tmp, "websummoner-downloads")); len(left) != 0 {
+		var names []string
+		for _, d := range left {
+			names = append(names, d.Name())
+		}
+		t.Errorf("the stopped hubs left %q in $TMPDIR/websummoner-downloads", names)
 	}
 	for _, c := range []struct {
 		r       *Result
