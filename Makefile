@@ -50,11 +50,14 @@ vet:
 	$(GO) run $(STATICCHECK) ./...
 
 # Every benchmark: the Go benchmarks, then every load-tool scenario at full size
-# (about 20 minutes), writing results and charts to docs/bench/.
+# (over an hour, most of it the soak), writing results and charts to
+# docs/bench/. SELENOID names a Selenoid binary built by hand from its source,
+# for the realbrowser row's third column.
+SELENOID ?=
 bench:
 	WEBSUMMONER_BENCH=1 $(GO) test -count=1 -run '^(TestProxyOverheadTargets|TestWaiterMemory)$$' -v ./internal/hub | tee docs/bench/proxy-inproc.txt
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/... | tee docs/bench/go-bench.txt
-	$(GO) run ./cmd/wsbench -out docs/bench | tee docs/bench/wsbench.txt
+	$(GO) run ./cmd/wsbench -out docs/bench $(if $(SELENOID),-selenoid $(SELENOID)) | tee docs/bench/wsbench.txt
 	$(GO) run ./cmd/wsbench -scenario waiters -waiters 15000 | tee docs/bench/wsbench-waiters-15k.txt
 	WEBSUMMONER_VIDEO_COST=20 WEBSUMMONER_VIDEO_COST_OUT=$(CURDIR)/docs/bench/video-cost.txt $(GO) test -count=1 -v -run '^TestVideoCost$$' ./e2e
 	scripts/callgrind-proxy.sh | tee docs/bench/callgrind-proxy.txt

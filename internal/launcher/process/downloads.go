@@ -95,5 +95,9 @@ func (l *Launcher) Close() error {
 			first = err
 		}
 	}
+	// The instance's directories go too once nothing is left in them (a
+	// session still ending keeps its own until its Stop).
+	_ = os.Remove(l.downloadRoot())
+	_ = os.Remove(l.tempRoot())
 	return first
 }

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -253,7 +254,7 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	} else {
 		// The browser's profile and uploads go to a directory of the
 		// session's, removed with it, not the host's /tmp.
-		if inst.temp, err = sessionTemp(l.downloadRoot() + ".tmp"); err != nil {
+		if inst.temp, err = sessionTemp(l.tempRoot()); err != nil {
 			inst.discard()
 			return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Err: err, Msg: "cannot create the session's temporary directory: " + err.Error()}
 		}
@@ -384,13 +385,21 @@ func (l *Launcher) downloadRoot() string {
 	return filepath.Join(root, l.opts.Instance)
 }
 
+// tempRoot holds this instance's unsandboxed sessions' TMPDIRs. Its name is
+// short whatever the instance's: Chromium puts Unix sockets in its TMPDIR,
+// whose paths must fit in 107 bytes.
+func (l *Launcher) tempRoot() string {
+	sum := sha256.Sum256([]byte(l.opts.Instance))
+	return filepath.Join(os.TempDir(), "wst-"+hex.EncodeToString(sum[:6]))
+}
+
 // Sweep kills every process left by an earlier run of this hub instance (a hub
 // that was SIGKILLed takes its drivers with it, but not the browsers they had
 // started). It returns how many it killed.
 func (l *Launcher) Sweep() int {
 	n, _ := killMarked(func(v string) bool { return strings.HasPrefix(v, l.markerPrefix()) })
 	_ = os.RemoveAll(l.downloadRoot()) // an earlier run's downloads
-	_ = os.RemoveAll(l.downloadRoot() + ".tmp")
+	_ = os.RemoveAll(l.tempRoot())
 	if n > 0 {
 		logtag.Event(l.log, slog.LevelInfo, "", "ORPHANS_REMOVED", fmt.Sprintf("%d processes of an earlier run of instance %q", n, l.opts.Instance))
 	}

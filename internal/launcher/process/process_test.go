@@ -501,3 +501,31 @@ func TestStartsWithoutSpawner(t *testing.T) {
 		t.Fatalf("NO_SPAWNER logged %d times, want once: %q", len(lines), lines)
 	}
 }
+
+// An unsandboxed session's TMPDIR, where Chromium makes its Unix sockets, has
+// a short path whatever the instance's name (a socket path fits in 107
+// bytes), goes with the session, and the launcher leaves no directory of its
+// own after Close.
+func TestSessionTempIsShortAndGoes(t *testing.T) {
+	l := newLauncher(t, Options{Options: launcher.Options{Instance: "a-hub-instance-name-as-long-as-an-operator-may-choose-" + strings.Repeat("x", 40)}})
+	inst, err := l.Start(context.Background(), req())
+	if err != nil {
+		t.Fatal(err)
+	}
+	temp := inst.(*instance).temp
+	if sock := filepath.Join(temp, ".org.chromium.Chromium.XXXXXX", "SingletonSocket"); len(sock) > 100 {
+		t.Errorf("a socket in the session's TMPDIR %s would be %d bytes long", temp, len(sock))
+	}
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(temp); !os.IsNotExist(err) {
+		t.Errorf("the session's TMPDIR %s outlived it: %v", temp, err)
+	}
+	l.Close()
+	for _, dir := range []string{l.tempRoot(), l.downloadRoot()} {
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%s outlived the launcher's Close: %v", dir, err)
+		}
+	}
+}
