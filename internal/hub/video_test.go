@@ -144,9 +144,15 @@ func TestVNCThroughHub(t *testing.T) {
 	ws.SetDeadline(time.Now().Add(5 * time.Second))
 	msg := []byte("RFB 003.008\n\x00\xff")
 	ws.Write(msg)
-	var frame []byte
-	if err := websocket.Message.Receive(ws, &frame); err != nil || string(frame) != string(msg) {
-		t.Fatalf("echo through /vnc/: %q %v", frame, err)
+	// Read as a frame, so its type is seen: a VNC client (noVNC) takes only
+	// binary frames.
+	fr, err := ws.NewFrameReader()
+	if err != nil {
+		t.Fatalf("reading the echo's frame: %v", err)
+	}
+	frame, err := io.ReadAll(fr)
+	if err != nil || string(frame) != string(msg) || fr.PayloadType() != websocket.BinaryFrame {
+		t.Fatalf("echo through /vnc/: %q %v, frame type %d (want binary, %d)", frame, err, fr.PayloadType(), websocket.BinaryFrame)
 	}
 	// Watching does not hold the session: the idle timer and DELETE work as usual.
 	f.do("DELETE", "/session/"+id, "")
