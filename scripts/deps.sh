@@ -2,7 +2,7 @@
 # Installs what WebSummoner's hub needs on a fresh Debian machine of this kind:
 # Chromium and its driver, Python Selenium (the end-to-end tests' client and the
 # README's example), and the Go modules; with "test", also what only the tests
-# use (ffmpeg, Prometheus, Alertmanager, valgrind). Safe to run again: it installs only
+# use (ffmpeg, Prometheus, Alertmanager, valgrind, gcc). Safe to run again: it installs only
 # what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,8 @@ if [ "${1:-}" = test ]; then
   command -v ffprobe >/dev/null 2>&1 || need+=(ffmpeg)
   command -v promtool >/dev/null 2>&1 || need+=(prometheus)
   command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
+  # gcc builds the shared object of the process launcher's LD_PRELOAD test.
+  command -v gcc >/dev/null 2>&1 || need+=(gcc)
 fi
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
