@@ -28,7 +28,10 @@ func (h *Hub) logs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if name != "" {
-		if s, ok := h.sessions.Get(name); ok {
+		// Another user's live session is answered as any name that is not
+		// theirs (a kept file, for the operator only), so its existence is
+		// not told.
+		if s, ok := h.sessions.Get(name); ok && h.sees(r, s) {
 			h.followLog(w, r, s.ID)
 			return
 		}
@@ -79,6 +82,9 @@ func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
+	// The answer's head goes at once: a viewer knows it is following before
+	// the session writes anything.
+	_ = http.NewResponseController(w).Flush()
 	_ = src.Follow(ctx, flushWriter{w})
 }
 
