@@ -3,10 +3,14 @@
 package e2e
 
 import (
+	"github.com/websummoner/websummoner/internal/launcher/process"
 	"github.com/websummoner/websummoner/internal/wdstub"
 
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,10 +24,37 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 )
+
+// runID names what this run of the tests makes (hub instances, containers,
+// Docker networks), so that two runs at once on one machine never take each
+// other's: the process id tells runs in one pid namespace apart, the random
+// part runs in two (containers sharing the host's Docker engine).
+var runID = func() string {
+	b := make([]byte, 2)
+	rand.Read(b)
+	return strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b)
+}()
+
+// hubs counts the hubs started by startHub, so that each has an instance of
+// its own: a hub's start-up kills what an earlier hub of its instance left.
+var hubs atomic.Int32
+
+// clientTimeout bounds every HTTP call the tests make and every client
+// process they run: a hang fails the test within minutes, never holds the
+// suite until go test's own timeout. It is far above what any call needs,
+// queueing included.
+const clientTimeout = 5 * time.Minute
+
+func init() {
+	// Every test's plain calls (http.Get, http.Post, http.DefaultClient) go
+	// through this client.
+	http.DefaultClient.Timeout = clientTimeout
+}
 
 const python = "/usr/bin/python3" // Debian's, with python3-selenium; not the first python3 on PATH
 
@@ -51,12 +82,13 @@ func requireRealParts(t *testing.T) {
 }
 
 type hub struct {
-	cmd   *exec.Cmd
-	url   string
-	logs  *lockedBuffer
-	done  chan error
-	lines chan string   // every log line, for await
-	ended chan struct{} // closed once the process has been waited for
+	cmd      *exec.Cmd
+	url      string
+	instance string // -instance: the marker of its drivers' processes
+	logs     *lockedBuffer
+	done     chan error
+	lines    chan string   // every log line, for await
+	ended    chan struct{} // closed once the process has been waited for
 }
 
 type lockedBuffer struct {
@@ -90,10 +122,38 @@ func freePort(t *testing.T) int {
 func startHub(t *testing.T, args ...string) *hub {
 	t.Helper()
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	args = append([]string{"-listen", addr, "-instance", "e2e-" + strconv.Itoa(os.Getpid())}, args...)
+	instance := fmt.Sprintf("e2e-%s-%d", runID, hubs.Add(1))
+	for i, a := range args {
+		if a == "-instance" && i+1 < len(args) {
+			instance = args[i+1] // the test's own; the flag given last wins
+		}
+	}
+	// After the hub has been stopped or killed (cleanups run last first): its
+	// drivers and browsers run in process groups of their own, so a hub killed
+	// by a failed test leaves them; they carry its instance's marker. Tests
+	// that check for leftovers do so before this.
+	t.Cleanup(func() {
+		if left := ourProcesses(instance); len(left) > 0 {
+			for _, pid := range left {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+			t.Logf("killed processes of the hub's sessions that outlived it: %v", left)
+		}
+	})
+	args = append([]string{"-listen", addr, "-instance", instance}, args...)
 	cmd := exec.Command("make", "-s", "-C", "..", "run", "ARGS="+strings.Join(args, " "))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // so cleanup reaches the hub under make
-	return launch(t, cmd, addr, 3*time.Minute)            // includes building the hub
+	h := launch(t, cmd, addr, 3*time.Minute)              // includes building the hub
+	h.instance = instance
+	return h
+}
+
+// ourProcesses lists the live processes of a hub instance's sessions: those
+// whose marker (process.MarkerEnv, set by the hub in every driver's
+// environment and inherited by its browser) names the instance. Browsers
+// that other programs run carry no such marker, so they are never counted.
+func ourProcesses(instance string) []int {
+	return process.MarkedPIDs(func(v string) bool { return strings.HasPrefix(v, instance+"/") })
 }
 
 // launch starts a hub command, streams its log lines to h.lines, and returns once
@@ -261,32 +321,6 @@ func (h *hub) metric(t *testing.T, sample string) float64 {
 	return v
 }
 
-// browserProcesses lists live chromedriver and Chromium processes as "pid:name"
-// (zombies are already dead and are not counted).
-func browserProcesses() []string {
-	var out []string
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(stat)
-		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || close < 0 || close+2 >= len(s) || s[close+2] == 'Z' {
-			continue
-		}
-		comm := s[open+1 : close]
-		if strings.HasPrefix(comm, "chrom") {
-			out = append(out, e.Name()+":"+comm)
-		}
-	}
-	return out
-}
-
 func pageServer(t *testing.T) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, wdstub.TestPage)
@@ -304,7 +338,9 @@ type clientResult struct {
 }
 
 func runClient(hubURL, page, shot string, hold time.Duration) (clientResult, error) {
-	out, err := exec.Command(python, "testdata/client.py", hubURL+"/wd/hub", page, shot, fmt.Sprint(hold.Seconds())).CombinedOutput()
+	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, python, "testdata/client.py", hubURL+"/wd/hub", page, shot, fmt.Sprint(hold.Seconds())).CombinedOutput()
 	var r clientResult
 	if err != nil {
 		return r, fmt.Errorf("%v: %s", err, out)
@@ -327,16 +363,16 @@ func checkResult(t *testing.T, r clientResult, shot string) {
 	}
 }
 
+// Real Chromium through the hub at -limit 2: one Python client, then four
+// at once on two slots — the limit holds and the queue is first in, first
+// out, shown by clients that hold their sessions until told, not by timing —,
+// then -no-wait while full. Afterwards no process of the hub's sessions is
+// left: found by the marker the hub puts on them, so browsers other programs
+// run on this machine are not counted.
 func TestRealChromiumThroughHub(t *testing.T) {
 	requireRealParts(t)
-	before := map[string]bool{} // browsers that were running already are not ours
-	for _, p := range browserProcesses() {
-		before[p] = true
-	}
-	if len(before) != 0 {
-		t.Logf("browser processes before the test (not ours): %v", before)
-	}
-	h := startHub(t, "-limit", "2", "-start-gate", "off") // this test is about the queue; the gate has its own
+	// -log-level debug: the queue logs [QUEUED] for each request that waits.
+	h := startHub(t, "-limit", "2", "-start-gate", "off", "-log-level", "debug") // this test is about the queue; the gate has its own
 	page := pageServer(t)
 	dir := t.TempDir()
 
@@ -350,28 +386,43 @@ func TestRealChromiumThroughHub(t *testing.T) {
 	})
 
 	t.Run("four clients on two slots", func(t *testing.T) {
-		before := h.metric(t, `websummoner_queue_wait_seconds_count`)
-		beforeFast := h.metric(t, `websummoner_queue_wait_seconds_bucket{le="0.001"}`)
-		var wg sync.WaitGroup
-		results := make([]clientResult, 4)
-		errs := make([]error, 4)
-		for i := range 4 {
-			wg.Go(func() {
-				// Each holds its browser 3s, so the third and fourth must queue.
-				results[i], errs[i] = runClient(h.url, page.URL, filepath.Join(dir, fmt.Sprintf("c%d.png", i)), 3*time.Second)
-			})
-		}
-		wg.Wait()
-		for i := range 4 {
-			if errs[i] != nil {
-				t.Fatalf("client %d: %v", i, errs[i])
+		admittedBefore := h.metric(t, `websummoner_queue_wait_seconds_count`)
+		shot := func(i int) string { return filepath.Join(dir, fmt.Sprintf("c%d.png", i)) }
+		// Clients 0 and 1 take both slots and hold them until told to go on.
+		c := make([]*heldClient, 4)
+		for i := range 2 {
+			c[i] = startHeldClient(t, h.url, page.URL, shot(i))
+			if _, ok := c[i].created(t); !ok {
+				t.Fatalf("client %d made no session on a free slot", i)
 			}
-			checkResult(t, results[i], filepath.Join(dir, fmt.Sprintf("c%d.png", i)))
 		}
-		admitted := h.metric(t, `websummoner_queue_wait_seconds_count`) - before
-		immediate := h.metric(t, `websummoner_queue_wait_seconds_bucket{le="0.001"}`) - beforeFast
-		if admitted != 4 || immediate != 2 {
-			t.Fatalf("admitted %v, of which at once %v; want 4 and 2 (two queued)", admitted, immediate)
+		// Clients 2 and 3, one after the other, must each wait in the queue: a
+		// session for either now would be a third at once.
+		for _, i := range []int{2, 3} {
+			c[i] = startHeldClient(t, h.url, page.URL, shot(i))
+			h.awaitOr(t, "[QUEUED]", c[i], fmt.Sprintf("client %d got a session while both slots were held", i))
+		}
+		if st := h.getJSON(t, "/status"); st["used"] != 2.0 || st["queued"] != 2.0 {
+			t.Fatalf("with two sessions held and two queued, /status says %v", st)
+		}
+		// Each session that ends hands its slot to the oldest waiter: client 2
+		// first (client 3 must not get a session then), then client 3.
+		results := make([]clientResult, 4)
+		results[0] = c[0].finish(t)
+		c[2].createdFirst(t, c[3])
+		if st := h.getJSON(t, "/status"); st["used"] != 2.0 || st["queued"] != 1.0 {
+			t.Fatalf("after one slot changed hands, /status says %v", st)
+		}
+		results[1] = c[1].finish(t)
+		if _, ok := c[3].created(t); !ok {
+			t.Fatal("client 3 made no session after client 1 ended")
+		}
+		results[2], results[3] = c[2].finish(t), c[3].finish(t)
+		for i, r := range results {
+			checkResult(t, r, shot(i))
+		}
+		if admitted := h.metric(t, `websummoner_queue_wait_seconds_count`) - admittedBefore; admitted != 4 {
+			t.Fatalf("the queue admitted %v requests, want the 4 clients'", admitted)
 		}
 	})
 
@@ -393,6 +444,11 @@ func TestRealChromiumThroughHub(t *testing.T) {
 				t.Fatalf("create: %d", resp.StatusCode)
 			}
 			ids = append(ids, v.Value.SessionID)
+		}
+		// The leftover check at the end proves something only if the scan
+		// finds live sessions' processes: a driver and a browser each.
+		if live := ourProcesses(h.instance); len(live) < 4 {
+			t.Fatalf("two live sessions, yet only %v carry the instance's marker", live)
 		}
 		req, _ := http.NewRequest("POST", h.url+"/wd/hub/session", strings.NewReader(`{"capabilities":{"alwaysMatch":{"browserName":"chrome"}}}`))
 		req.Header.Set("X-Selenoid-No-Wait", "")
@@ -423,14 +479,115 @@ func TestRealChromiumThroughHub(t *testing.T) {
 	if st["used"] != 0.0 || st["queued"] != 0.0 || st["pending"] != 0.0 {
 		t.Fatalf("after the clients: %v", st)
 	}
-	var left []string
-	for _, p := range browserProcesses() {
-		if !before[p] {
-			left = append(left, p)
-		}
-	}
-	if len(left) != 0 {
-		t.Fatalf("browser processes outlived their sessions: %v", left)
+	// A slot is held until its session's teardown is over, so a settled hub
+	// has no session processes left.
+	if left := ourProcesses(h.instance); len(left) != 0 {
+		t.Fatalf("processes of the hub's sessions outlived them: %v", left)
 	}
 	h.stop(t)
+}
+
+// heldClient is testdata/client.py run with "wait": it creates its session,
+// says so, and goes on (loads the page, quits) only when told. It is started
+// without waiting for its session, which may be queued.
+type heldClient struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string // its output, closed at its end
+}
+
+func startHeldClient(t *testing.T, hubURL, page, shot string) *heldClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
+	c := &heldClient{cmd: exec.CommandContext(ctx, python, "testdata/client.py", hubURL+"/wd/hub", page, shot, "0", "wait"), lines: make(chan string, 16)}
+	c.stdin, _ = c.cmd.StdinPipe()
+	stdout, _ := c.cmd.StdoutPipe()
+	c.cmd.Stderr = os.Stderr
+	if err := c.cmd.Start(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+	}()
+	t.Cleanup(func() { // a failed test's client must not outlive it
+		cancel()
+		c.cmd.Wait()
+	})
+	return c
+}
+
+// created waits for the client's line saying it has its session.
+func (c *heldClient) created(t *testing.T) (string, bool) {
+	t.Helper()
+	select {
+	case line, ok := <-c.lines:
+		return line, ok
+	case <-time.After(clientTimeout):
+		t.Fatal("a client neither made its session nor ended")
+		return "", false
+	}
+}
+
+// createdFirst waits until c or other has its session, and fails if other
+// was first.
+func (c *heldClient) createdFirst(t *testing.T, other *heldClient) {
+	t.Helper()
+	select {
+	case _, ok := <-c.lines:
+		if !ok {
+			t.Fatal("the oldest waiting client ended without a session")
+		}
+	case line := <-other.lines:
+		t.Fatalf("a later waiter got the free slot before the oldest (%q)", line)
+	case <-time.After(clientTimeout):
+		t.Fatal("the oldest waiting client got no session after a slot was freed")
+	}
+}
+
+// finish lets the client go on and returns its result, once it has quit.
+func (c *heldClient) finish(t *testing.T) clientResult {
+	t.Helper()
+	fmt.Fprintln(c.stdin, "go")
+	var last string
+	for line := range c.lines { // ends at the client's exit, or its timeout's kill
+		last = line
+	}
+	var r clientResult
+	if err := c.cmd.Wait(); err != nil {
+		t.Fatalf("client: %v %s", err, last)
+	}
+	if err := json.Unmarshal([]byte(last), &r); err != nil {
+		t.Fatalf("client output %q: %v", last, err)
+	}
+	return r
+}
+
+// awaitOr waits for a hub log line containing tag, and fails if client c
+// says it has its session first.
+func (h *hub) awaitOr(t *testing.T, tag string, c *heldClient, failure string) {
+	t.Helper()
+	timeout := time.After(clientTimeout)
+	for {
+		select {
+		case line, open := <-h.lines:
+			if !open {
+				t.Fatalf("the hub ended before it logged %s", tag)
+			}
+			if strings.Contains(line, tag) {
+				return
+			}
+		case line, ok := <-c.lines:
+			if ok {
+				t.Fatalf("%s (%q)", failure, line)
+			}
+			t.Fatalf("a client ended before the hub logged %s", tag)
+		case <-timeout:
+			t.Fatalf("hub logged no %s", tag)
+		}
+	}
 }

@@ -46,7 +46,7 @@ func TestSandboxedSessionsAreApart(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The marker every process of the hub's sessions carries.
-	instance := "e2e-sandbox-" + strconv.Itoa(os.Getpid())
+	instance := "e2e-sandbox-" + runID
 	ours := func(v string) bool { return strings.HasPrefix(v, instance+"/") }
 	downloads := filepath.Join(os.TempDir(), "websummoner-downloads", instance)
 	tmpBefore := nobodysTmp()
