@@ -212,22 +212,22 @@ scrape_configs:
 	go func() { defer close(jam); http.DefaultClient.Do(req) }()
 
 	const name = "WebSummonerQueueCongested"
-	if !waitFor(30*time.Second, func() bool { return alertState(t, prom, name) == "pending" }) {
+	if !waitFor(2*time.Minute, func() bool { return alertState(t, prom, name) == "pending" }) {
 		t.Fatalf("the congested alert never went pending (state %q, hub congested %v)", alertState(t, prom, name), d.metric(t, "websummoner_queue_congested"))
 	}
-	if !waitFor(30*time.Second, func() bool { return alertState(t, prom, name) == "firing" }) {
+	if !waitFor(2*time.Minute, func() bool { return alertState(t, prom, name) == "firing" }) {
 		t.Fatalf("the congested alert went pending but never fired (state %q)", alertState(t, prom, name))
 	}
-	if !waitFor(30*time.Second, func() bool { return hook.has("firing " + name) }) {
+	if !waitFor(2*time.Minute, func() bool { return hook.has("firing " + name) }) {
 		t.Fatalf("Alertmanager did not deliver the firing alert; webhook saw %v", hook.seen)
 	}
 
 	giveUp() // the client gives up: its start is abandoned, the slot freed
 	<-jam
-	if !waitFor(30*time.Second, func() bool { return alertState(t, prom, name) == "" }) {
+	if !waitFor(2*time.Minute, func() bool { return alertState(t, prom, name) == "" }) {
 		t.Fatalf("the alert did not resolve after the jam cleared (state %q)", alertState(t, prom, name))
 	}
-	if !waitFor(30*time.Second, func() bool { return hook.has("resolved " + name) }) {
+	if !waitFor(2*time.Minute, func() bool { return hook.has("resolved " + name) }) {
 		t.Fatalf("Alertmanager did not deliver the resolution; webhook saw %v", hook.seen)
 	}
 	d.assertClean(t)
@@ -242,7 +242,7 @@ func startDaemon(t *testing.T, cmd *exec.Cmd, ready string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if !waitFor(30*time.Second, func() bool {
+	if !waitFor(2*time.Minute, func() bool {
 		resp, err := http.Get(ready)
 		if err != nil {
 			return false

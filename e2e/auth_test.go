@@ -87,7 +87,7 @@ func TestAuthenticatedClients(t *testing.T) {
 		t.Fatalf("the operator's DELETE: %d", status)
 	}
 	// The teardown runs after DELETE's answer, holding the slot until done.
-	if !waitFor(30*time.Second, func() bool { return h.getJSONAs(t, "ops", "/status")["used"] == 0.0 }) {
+	if !waitFor(2*time.Minute, func() bool { return h.getJSONAs(t, "ops", "/status")["used"] == 0.0 }) {
 		t.Fatalf("after: %v", h.getJSONAs(t, "ops", "/status"))
 	}
 	h.stop(t)

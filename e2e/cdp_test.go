@@ -62,7 +62,7 @@ func TestCDPThroughHub(t *testing.T) {
 		ID     int
 		Result struct{ Result struct{ Value float64 } }
 	}
-	ws.SetDeadline(time.Now().Add(20 * time.Second))
+	ws.SetDeadline(time.Now().Add(2 * time.Minute))
 	for answer.ID != 1 {
 		if err := websocket.JSON.Receive(ws, &answer); err != nil {
 			t.Fatalf("read /page: %v", err)
@@ -124,7 +124,7 @@ func TestBiDiThroughHub(t *testing.T) {
 		t.Fatalf("dial BiDi: %v", err)
 	}
 	defer ws.Close()
-	ws.SetDeadline(time.Now().Add(30 * time.Second))
+	ws.SetDeadline(time.Now().Add(2 * time.Minute))
 	websocket.JSON.Send(ws, map[string]any{"id": 1, "method": "session.subscribe", "params": map[string]any{"events": []string{"log.entryAdded"}}})
 	var msg map[string]any
 	for msg["id"] != 1.0 {
@@ -196,7 +196,7 @@ func TestDockerBiDiThroughHub(t *testing.T) {
 		t.Fatalf("dial %q: %v", bidi, err)
 	}
 	defer ws.Close()
-	ws.SetDeadline(time.Now().Add(30 * time.Second))
+	ws.SetDeadline(time.Now().Add(2 * time.Minute))
 	websocket.JSON.Send(ws, map[string]any{"id": 1, "method": "session.status", "params": map[string]any{}})
 	var msg map[string]any
 	for msg["id"] != 1.0 {

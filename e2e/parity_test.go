@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -21,11 +20,8 @@ import (
 func TestDockerSessionNetworking(t *testing.T) {
 	requireRealParts(t)
 	requireDocker(t)
-	extra := fmt.Sprintf("ws-e2e-extra-%d", os.Getpid())
-	if out, err := exec.Command("docker", "network", "create", extra).CombinedOutput(); err != nil {
-		t.Fatalf("network: %v %s", err, out)
-	}
-	defer exec.Command("docker", "network", "rm", extra).Run()
+	extra := "ws-e2e-extra-" + runID // browsers.json's allowedNetworks names it (startDockerHub)
+	dockerNetwork(t, extra)
 	d := startDockerHub(t, instanceFor(t), "-limit", "1")
 	caps := fmt.Sprintf(`{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{
 		"hostsEntries":["wsapp.test:127.0.0.1"],"additionalNetworks":[%q],"containerHostname":"browser-one","dnsServers":["127.0.0.53"]}}}}`, extra)
@@ -137,7 +133,7 @@ func TestDownloadsLocalDriver(t *testing.T) {
 	other := call(t, "POST", h.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome"}}}`).Value.SessionID
 	call(t, "POST", h.url+"/wd/hub/session/"+id+"/url", `{"url":"`+files.URL+`/report.txt"}`)
 	var names []string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		names = nil
 		json.Unmarshal(rawCall(t, "GET", h.url+"/download/"+id+"/?json", ""), &names)
 		if len(names) == 1 {
@@ -193,7 +189,7 @@ func TestDockerDownloads(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // the page server listens
 	call(t, "POST", d.url+"/wd/hub/session/"+id+"/url", `{"url":"http://127.0.0.1:8081/`+wdstub.TestDownloadName+`"}`)
 	var names []string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && len(names) == 0; time.Sleep(200 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline) && len(names) == 0; time.Sleep(200 * time.Millisecond) {
 		json.Unmarshal(rawCall(t, "GET", d.url+"/download/"+id+"/?json", ""), &names)
 	}
 	if len(names) != 1 || names[0] != wdstub.TestDownloadName {

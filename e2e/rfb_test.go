@@ -38,7 +38,7 @@ func dialRFB(url, password string) (*rfbClient, error) {
 
 func (c *rfbClient) read(n int) ([]byte, error) {
 	buf := make([]byte, n)
-	_ = c.ws.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_ = c.ws.SetReadDeadline(time.Now().Add(time.Minute))
 	_, err := io.ReadFull(c.ws, buf)
 	return buf, err
 }

@@ -27,12 +27,12 @@ func TestStatusPage(t *testing.T) {
 	defer cancelAlloc()
 	ctx, cancel := chromedp.NewContext(alloc, chromedp.WithErrorf(func(string, ...any) {}))
 	defer cancel()
-	ctx, cancelT := context.WithTimeout(ctx, 3*time.Minute)
+	ctx, cancelT := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancelT()
 	until := func(what, js string) {
 		t.Helper()
 		var ok bool
-		if err := chromedp.Run(ctx, chromedp.Poll(js, &ok, chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		if err := chromedp.Run(ctx, chromedp.Poll(js, &ok, chromedp.WithPollingTimeout(2*time.Minute))); err != nil {
 			var body string
 			chromedp.Run(ctx, chromedp.Text("body", &body))
 			t.Fatalf("the page never showed %s: %v\n%s", what, err, body)
