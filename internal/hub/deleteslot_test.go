@@ -41,7 +41,7 @@ func TestNewSessionRightAfterDeleteWaitsForTheSlot(t *testing.T) {
 				r, body := f.do("POST", "/session", w3cChrome, c.hdr...)
 				next <- answer{r.StatusCode, body}
 			}()
-			f.ev.Wait(t, "[QUEUED]", 10*time.Second)
+			f.ev.Wait(t, "[QUEUED]", time.Minute)
 			if st := f.q.Stats(); st.InUse != 1 || st.Waiting != 1 {
 				t.Fatalf("during the teardown: %+v, want the old slot still in use and the new request waiting", st)
 			}

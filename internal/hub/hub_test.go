@@ -392,7 +392,7 @@ func TestClientGoneDuringStart(t *testing.T) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("client err %v", err)
 	}
-	f.ev.Wait(t, "[CLIENT_DISCONNECTED]", 10*time.Second)
+	f.ev.Wait(t, "[CLIENT_DISCONNECTED]", time.Minute)
 	if f.hub.pending.Load() != 0 {
 		t.Fatal("start still pending")
 	}
@@ -414,7 +414,7 @@ func TestCrashedBrowserGivesInvalidSessionID(t *testing.T) {
 	}
 	l.mu.Unlock()
 	inst.crash()
-	f.ev.Wait(t, "[BROWSER_EXITED]", 10*time.Second)
+	f.ev.Wait(t, "[BROWSER_EXITED]", time.Minute)
 	resp, body := f.do("GET", "/session/"+id+"/url", "")
 	if code, msg := errOf(body); resp.StatusCode != 404 || code != "invalid session id" || !strings.Contains(msg, "browser exited") {
 		t.Fatalf("%d %q %q", resp.StatusCode, code, msg)
@@ -494,7 +494,7 @@ func TestDrain(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { f.hub.Drain(ctx); close(done) }()
-	f.ev.Wait(t, "[DRAINING]", 10*time.Second)
+	f.ev.Wait(t, "[DRAINING]", time.Minute)
 	resp, body := f.do("POST", "/session", w3cChrome)
 	if code, _ := errOf(body); resp.StatusCode != 503 || code != "session not created" || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("while draining: %d %v", resp.StatusCode, body)
@@ -676,7 +676,7 @@ func TestStopErrorsAreLogged(t *testing.T) {
 	_, body := f.do("POST", "/session", w3cChrome)
 	id := body["value"].(map[string]any)["sessionId"].(string)
 	f.do("DELETE", "/session/"+id, "")
-	if line := f.ev.Wait(t, "[SESSION_DELETED]", 10*time.Second); !strings.Contains(line, "stop failed: removing container 3f2a: injected failure") {
+	if line := f.ev.Wait(t, "[SESSION_DELETED]", time.Minute); !strings.Contains(line, "stop failed: removing container 3f2a: injected failure") {
 		t.Fatalf("failed stop not logged: %q", line)
 	}
 	// A start whose driver refuses the session is stopped by the hub itself.
@@ -684,7 +684,7 @@ func TestStopErrorsAreLogged(t *testing.T) {
 	if resp.StatusCode != 400 {
 		t.Fatalf("refused start: %d", resp.StatusCode)
 	}
-	if line := f.ev.Wait(t, "[STOP_FAILED]", 10*time.Second); !strings.Contains(line, "injected failure") {
+	if line := f.ev.Wait(t, "[STOP_FAILED]", time.Minute); !strings.Contains(line, "injected failure") {
 		t.Fatalf("failed stop not logged: %q", line)
 	}
 }
@@ -722,7 +722,7 @@ func TestDeleteAnsweredBeforeTeardown(t *testing.T) {
 		t.Fatalf("a command after DELETE: %d", r.StatusCode)
 	}
 	close(l.stopping)
-	f.ev.Wait(t, "[SESSION_DELETED]", 5*time.Second)
+	f.ev.Wait(t, "[SESSION_DELETED]", time.Minute)
 	if st := f.q.Stats(); st.InUse != 0 {
 		t.Fatalf("slots in use %d after the teardown", st.InUse)
 	}
