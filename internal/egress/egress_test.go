@@ -193,7 +193,7 @@ func TestProxy(t *testing.T) {
 	}}
 	_, addr := proxyFor(t, g)
 	proxyURL, _ := url.Parse("http://" + addr)
-	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}}
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: ioTimeout}
 	defer client.CloseIdleConnections()
 	get := func(u string) (int, string) {
 		t.Helper()
@@ -227,10 +227,7 @@ func TestProxy(t *testing.T) {
 	}
 
 	// CONNECT, by hand: the client's first bytes ride with its request.
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dial(t, addr)
 	defer c.Close()
 	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %[1]s\r\n\r\nhello", echo)
 	br := bufio.NewReader(c)
@@ -250,7 +247,7 @@ func TestProxy(t *testing.T) {
 		}
 	}
 	// An origin-form request is not for a proxy.
-	if resp, err := http.Get("http://" + addr + "/x"); err != nil || resp.StatusCode != 400 {
+	if resp, err := (&http.Client{Timeout: ioTimeout}).Get("http://" + addr + "/x"); err != nil || resp.StatusCode != 400 {
 		t.Errorf("a request for the proxy itself: %v %v", resp, err)
 	} else {
 		resp.Body.Close()
@@ -259,10 +256,7 @@ func TestProxy(t *testing.T) {
 
 func connect(t *testing.T, proxy, dest string) (*http.Response, string) {
 	t.Helper()
-	c, err := net.Dial("tcp", proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dial(t, proxy)
 	defer c.Close()
 	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %[1]s\r\n\r\n", dest)
 	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
@@ -316,10 +310,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	p := Serve(ln, &Guard{Attached: fixedAttached})
 	var tunnels []net.Conn
 	for range 3 {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := dial(t, addr)
 		defer c.Close()
 		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %[1]s\r\n\r\n", echo)
 		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || resp.StatusCode != 200 {
@@ -330,7 +321,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	proxyURL, _ := url.Parse("http://" + addr)
 	tr := &http.Transport{Proxy: http.ProxyURL(proxyURL)}
 	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr}).Get(page.URL)
+	resp, err := (&http.Client{Transport: tr, Timeout: ioTimeout}).Get(page.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,15 +331,24 @@ func TestCloseLeavesNothing(t *testing.T) {
 	if n := proxyStacks(); n < 4 {
 		t.Fatalf("%d goroutines of the proxy's while it serves 3 tunnels: the count below would prove nothing", n)
 	}
-	if err := p.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
+	closed := make(chan error, 1) // Close waits for the tunnels: one it missed would hang it
+	go func() { closed <- p.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(ioTimeout):
+		t.Fatalf("Close did not return within %v", ioTimeout)
 	}
 	// Close waited for every handler; a tunnel's second goroutine ends a
 	// moment after handing its result over.
 	waitUntil(t, "the proxy's goroutines end", func() bool { return proxyStacks() == 0 })
 	for i, c := range tunnels {
-		if _, err := c.Read(make([]byte, 1)); err == nil {
-			t.Errorf("tunnel %d still open after Close", i)
+		// A tunnel left open would block here until dial's deadline: a
+		// timeout is an open tunnel too.
+		if _, err := c.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("tunnel %d still open after Close (%v)", i, err)
 		}
 	}
 	if c, err := net.Dial("tcp", addr); err == nil {
@@ -388,13 +388,29 @@ func proxyStacks() int {
 // waits for is a goroutine's last instructions, not a timer.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(ioTimeout) // a bound for a hang, not a measure
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
+			t.Fatalf("%s: not within %v", what, ioTimeout)
 		}
 		runtime.Gosched()
 	}
+}
+
+// ioTimeout bounds every network read of these tests on real sockets, so
+// that a proxy that hangs fails its test instead of holding the suite; it is
+// far above what any read needs on a busy machine.
+const ioTimeout = time.Minute
+
+// dial connects to addr with every read and write bounded by ioTimeout.
+func dial(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(ioTimeout))
+	return c
 }
 
 // At most MaxConns connections of a sandbox are served at once; the next

@@ -68,6 +68,9 @@ func TestDialIntoSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	// Every wait below is bounded by ioTimeout, so that a hang fails the test
+	// instead of holding the suite; none is a measure.
+	out.(*os.File).SetReadDeadline(time.Now().Add(ioTimeout))
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil || line != "listening\n" {
 		t.Fatalf("the sandboxed server did not start: %q %v", line, err)
@@ -76,7 +79,7 @@ func TestDialIntoSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := New(net.Dialer{Timeout: 5 * time.Second})
+	d := New(net.Dialer{Timeout: ioTimeout})
 	a, err := d.Add(child)
 	if err != nil {
 		t.Fatal(err)
@@ -84,13 +87,14 @@ func TestDialIntoSandbox(t *testing.T) {
 	if !Holds(a.String()+":"+port) || Holds("127.0.0.1:"+port) {
 		t.Fatalf("Holds is wrong for %v", a)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), ioTimeout)
 	defer cancel()
 	for i := range 3 { // the thread is back in the hub's namespace each time
 		c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(a.String(), port))
 		if err != nil {
 			t.Fatalf("dial %d into the sandbox: %v", i, err)
 		}
+		c.SetReadDeadline(time.Now().Add(ioTimeout))
 		b, _ := io.ReadAll(c)
 		c.Close()
 		if string(b) != "hello" {
@@ -124,8 +128,13 @@ func TestDialIntoSandbox(t *testing.T) {
 		t.Fatalf("dialling the hub's listener in the sandbox: %v", err)
 	}
 	c.Close()
-	if err := <-accepted; err != nil {
-		t.Fatalf("accepting in the sandbox: %v", err)
+	select {
+	case err := <-accepted:
+		if err != nil {
+			t.Fatalf("accepting in the sandbox: %v", err)
+		}
+	case <-time.After(ioTimeout):
+		t.Fatal("the hub's listener in the sandbox accepted nothing")
 	}
 	ln.Close()
 	d.Remove(a)
@@ -139,3 +148,6 @@ func TestDialIntoSandbox(t *testing.T) {
 		t.Fatalf("listening in a forgotten sandbox: %v", err)
 	}
 }
+
+// ioTimeout bounds each wait of these tests on a sandboxed process.
+const ioTimeout = time.Minute
