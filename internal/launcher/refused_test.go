@@ -85,7 +85,9 @@ func TestWaitReadyPollsOnlyAListeningDriver(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
 	base, _ = url.Parse(srv.URL)
-	if err := WaitReady(context.Background(), client, base, nil); err != nil {
+	ctx, cancel = context.WithTimeout(context.Background(), hangBound)
+	defer cancel()
+	if err := WaitReady(ctx, client, base, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := ct.polls.Load(); n != 1 {
@@ -111,7 +113,9 @@ func TestWaitListeningAsksInsteadOfConnecting(t *testing.T) {
 	ct := &countingTransport{rt: &http.Transport{DisableKeepAlives: true}}
 	client := &http.Client{Transport: ct}
 	asked := 0
-	if err := WaitListening(context.Background(), client, base, nil, func() (bool, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), hangBound)
+	defer cancel()
+	if err := WaitListening(ctx, client, base, nil, func() (bool, bool) {
 		asked++
 		return asked > 3, true
 	}, nil); err != nil {
@@ -120,7 +124,7 @@ func TestWaitListeningAsksInsteadOfConnecting(t *testing.T) {
 	if asked != 4 || ct.polls.Load() != 1 || accepted.Load() != 1 {
 		t.Fatalf("asked %d times, %d polls, %d connections; want 4, 1, 1", asked, ct.polls.Load(), accepted.Load())
 	}
-	if err := WaitListening(context.Background(), client, base, nil, func() (bool, bool) { return false, false }, nil); err != nil {
+	if err := WaitListening(ctx, client, base, nil, func() (bool, bool) { return false, false }, nil); err != nil {
 		t.Fatal(err)
 	}
 	if ct.polls.Load() != 2 {
@@ -156,13 +160,15 @@ func TestWaitReadyBehindAProxy(t *testing.T) {
 	client := &http.Client{Transport: ct}
 	base, _ := url.Parse("http://" + ln.Addr().String())
 	done := make(chan error, 1)
-	go func() { done <- WaitReady(context.Background(), client, base, nil) }()
+	ctx, cancel := context.WithTimeout(context.Background(), hangBound)
+	defer cancel()
+	go func() { done <- WaitReady(ctx, client, base, nil) }()
 	for range 3 { // three HTTP polls while the "proxy" closes on them
 		select {
 		case <-ct.seen:
 		case err := <-done:
 			t.Fatalf("WaitReady returned %v before the driver answered", err)
-		case <-time.After(10 * time.Second):
+		case <-time.After(hangBound):
 			t.Fatal("WaitReady stopped polling over HTTP behind a proxy")
 		}
 	}
@@ -172,10 +178,14 @@ func TestWaitReadyBehindAProxy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(hangBound):
 		t.Fatal("WaitReady did not find the driver once it answered")
 	}
 }
+
+// hangBound bounds the waits on real sockets above, so that a hang fails the
+// test instead of holding the suite; it is no measure of how fast they are.
+const hangBound = time.Minute
 
 // answerAll is a RoundTripper answering every request 200 in memory: the
 // poll is not what the fake-clock tests below test, and a socket would not

@@ -3,6 +3,7 @@ package docker
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// Every plain HTTP call of these tests (http.Get) is bounded, so that a
+	// driver that hangs fails its test instead of holding the suite.
+	http.DefaultClient.Timeout = time.Minute
 	var err error
 	engine, err = NewEngine()
 	if err == nil {
@@ -67,9 +71,20 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// instanceName is the test's launcher instance: its name and this run's, so
+// that two runs at once on one machine (one engine) never sweep each other's
+// containers.
 func instanceName(t *testing.T) string {
-	return strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())) + fmt.Sprint(os.Getpid())
+	return strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())) + "-" + runID
 }
+
+// runID is this run's: the process id tells runs in one pid namespace apart,
+// the random part runs in two that share the engine.
+var runID = func() string {
+	b := make([]byte, 2)
+	rand.Read(b)
+	return fmt.Sprintf("%d-%x", os.Getpid(), b)
+}()
 
 func needEngine(t *testing.T) {
 	t.Helper()
@@ -82,7 +97,7 @@ func newLauncher(t *testing.T, opts Options, eng Engine) (*Launcher, logtest.Lin
 	t.Helper()
 	needEngine(t)
 	if opts.StartupTimeout == 0 {
-		opts.StartupTimeout = 20 * time.Second
+		opts.StartupTimeout = time.Minute // a bound for a hang: a busy engine starts containers slowly
 	}
 	if opts.StopTimeout == 0 {
 		opts.StopTimeout = 10 * time.Second
@@ -186,12 +201,13 @@ func TestMissingImageFailsAtOnce(t *testing.T) {
 }
 
 func TestStartupTimeoutRemovesContainer(t *testing.T) {
-	// Long enough for a loaded engine to create and start the container, so the
-	// budget runs out where the test means it to: waiting for the driver.
-	l, _ := newLauncher(t, Options{Options: launcher.Options{StartupTimeout: 5 * time.Second}}, nil)
+	// Long enough for a busy machine's engine to create and start the
+	// container, so the budget runs out where the test means it to: waiting
+	// for the driver, which never listens.
+	l, _ := newLauncher(t, Options{Options: launcher.Options{StartupTimeout: 30 * time.Second}}, nil)
 	_, err := l.Start(context.Background(), stubRequest("WDSTUB_LISTEN_DELAY=1h"))
 	var se *launcher.StartError
-	if !errors.As(err, &se) || se.Phase != launcher.PhaseStartup || !strings.Contains(err.Error(), "within -service-startup-timeout 5s") {
+	if !errors.As(err, &se) || se.Phase != launcher.PhaseStartup || !strings.Contains(err.Error(), "within -service-startup-timeout 30s") {
 		t.Fatalf("err = %v", err)
 	}
 	if n := len(containersOf(t, l.opts.Instance)); n != 0 {
@@ -287,6 +303,7 @@ func TestEngineDownThenBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { l.SweepAll(context.Background()) }) // a failed test's container too
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go l.Run(ctx)
@@ -302,7 +319,10 @@ func TestEngineDownThenBack(t *testing.T) {
 	t0 := time.Now()
 	err = l.Check(context.Background(), stubRequest().Browser)
 	var se *launcher.StartError
-	if !errors.As(err, &se) || !se.Engine || !se.Down || !strings.Contains(err.Error(), "unreachable") || time.Since(t0) > time.Second {
+	// The engine stays down until the test says: a Check that waited for it
+	// would take the bound below and more; one that answers from the health
+	// state takes no time, even on a busy machine.
+	if !errors.As(err, &se) || !se.Engine || !se.Down || !strings.Contains(err.Error(), "unreachable") || time.Since(t0) > 10*time.Second {
 		t.Fatalf("check while down: %v after %v", err, time.Since(t0))
 	}
 	// The start path says the same, so the hub answers both alike (503).
@@ -403,6 +423,8 @@ func TestContainerLogs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { inst.Endpoints().Log.Follow(ctx, pw); pw.Close() }()
 	lines := bufio.NewScanner(pr)
+	bound := time.AfterFunc(time.Minute, func() { pr.CloseWithError(errors.New("no log line within a minute")) }) // a hang fails
+	defer bound.Stop()
 	go func() {
 		for i := 0; i < 100 && ctx.Err() == nil; i++ {
 			if resp, err := http.Get(inst.Endpoints().Driver.JoinPath("status").String()); err == nil {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/webdriver"
@@ -54,7 +55,7 @@ func EnvCases() []EnvCase {
 // and the environment it was really given.
 func DriverStatus(t testing.TB, inst launcher.Instance) (pid int, env map[string]string) {
 	t.Helper()
-	resp, err := http.Get(inst.Endpoints().Driver.JoinPath("status").String())
+	resp, err := (&http.Client{Timeout: time.Minute}).Get(inst.Endpoints().Driver.JoinPath("status").String()) // a hang fails
 	if err != nil {
 		t.Fatal(err)
 	}

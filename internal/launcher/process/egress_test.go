@@ -46,7 +46,7 @@ func egressDriver() int {
 	}
 	proxy := "127.0.0.1:" + strconv.Itoa(egress.Port)
 	proxyURL := &url.URL{Scheme: "http", Host: proxy}
-	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: 20 * time.Second}
+	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(proxyURL)}, Timeout: time.Minute}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/status", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, `{"value":{"ready":true,"message":"egress test driver"}}`)
@@ -69,7 +69,7 @@ func egressDriver() int {
 			return
 		}
 		defer c.Close()
-		c.SetDeadline(time.Now().Add(20 * time.Second))
+		c.SetDeadline(time.Now().Add(time.Minute))
 		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %[1]s\r\n\r\nping", dest)
 		br := bufio.NewReader(c)
 		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
@@ -165,7 +165,9 @@ func TestSandboxEgress(t *testing.T) {
 	a, other := insts[0], insts[1]
 	ask := func(path string, q url.Values) (string, string) {
 		t.Helper()
-		resp, err := (&http.Client{Transport: tr}).Get(a.endpoints.Driver.String() + path + "?" + q.Encode())
+		// Above the sandboxed process's own bounds (a minute): its answer,
+		// even a timeout, comes first.
+		resp, err := (&http.Client{Transport: tr, Timeout: 2 * time.Minute}).Get(a.endpoints.Driver.String() + path + "?" + q.Encode())
 		if err != nil {
 			t.Fatalf("asking the sandboxed process for %s: %v", path, err)
 		}

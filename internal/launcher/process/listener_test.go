@@ -33,7 +33,7 @@ func TestForeignListenerOnTheDriversPortIsNotTheDriver(t *testing.T) {
 	rt := &http.Transport{}
 	defer rt.CloseIdleConnections()
 	closed := make(chan struct{}, 16) // the other program's connections, closed
-	l := New(Options{Options: launcher.Options{StartupTimeout: 20e9, StopTimeout: 2e9, Instance: "test-" + t.Name(), ReadyTransport: rt}}, log)
+	l := New(Options{Options: launcher.Options{StartupTimeout: 20e9, StopTimeout: 2e9, Instance: instanceFor("test-" + t.Name()), ReadyTransport: rt}}, log)
 	var taken int
 	l.reserved = func(port int) {
 		if taken != 0 {
@@ -198,7 +198,8 @@ func listeningStub(tb testing.TB) (*exec.Cmd, int) {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n') // "wdstub: listening on 127.0.0.1:N"
+	out.(*os.File).SetReadDeadline(time.Now().Add(time.Minute)) // a stub that says nothing fails
+	line, err := bufio.NewReader(out).ReadString('\n')          // "wdstub: listening on 127.0.0.1:N"
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -21,7 +21,7 @@ func TestAbandonedStartLeavesNoLog(t *testing.T) {
 	dir := t.TempDir()
 	ev, log := logtest.New(100)
 	l := New(Options{Options: launcher.Options{LogDir: dir, StartupTimeout: 10 * time.Second, StopTimeout: 2 * time.Second,
-		Instance: "test-" + t.Name()}}, log)
+		Instance: instanceFor("test-" + t.Name())}}, log)
 	r := req("-listen-delay", "1h")
 	r.Options = webdriver.Options{EnableLog: true, LogName: "mine.log"}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -66,7 +66,7 @@ func TestLogNameNeverReplacesAFile(t *testing.T) {
 	}
 	ev, log := logtest.New(100)
 	l := New(Options{Options: launcher.Options{LogDir: dir, StartupTimeout: 10 * time.Second, StopTimeout: 2 * time.Second,
-		Instance: "test-" + t.Name()}}, log)
+		Instance: instanceFor("test-" + t.Name())}}, log)
 	r := req()
 	r.Options = webdriver.Options{EnableLog: true, LogName: "mine.log"}
 	inst, err := l.Start(context.Background(), r)

@@ -2,6 +2,8 @@ package process
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/http"
@@ -9,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,10 +28,26 @@ import (
 // These tests run real processes: the repository's stub WebDriver, built once.
 var stub string
 
+// runID makes this run's launcher instances its own: a launcher kills (Sweep)
+// every process carrying its instance's marker, so two runs of these tests at
+// once on one machine must never share an instance. The process id tells runs
+// in one pid namespace apart, the random part runs in two.
+var runID = func() string {
+	b := make([]byte, 2)
+	rand.Read(b)
+	return strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b)
+}()
+
+// instanceFor is the test's instance name made this run's.
+func instanceFor(name string) string { return name + "-" + runID }
+
 func TestMain(m *testing.M) {
 	if os.Getenv(egressDriverEnv) != "" { // in a sandbox, for TestSandboxEgress
 		os.Exit(egressDriver())
 	}
+	// Every plain HTTP call of these tests (http.Get) is bounded, so that a
+	// driver that hangs fails its test instead of holding the suite.
+	http.DefaultClient.Timeout = time.Minute
 	dir, err := os.MkdirTemp("", "wdstub")
 	if err != nil {
 		panic(err)
@@ -50,7 +69,7 @@ func newLauncher(t testing.TB, opts Options) *Launcher {
 		opts.StopTimeout = 2 * time.Second
 	}
 	if opts.Instance == "" {
-		opts.Instance = "test-" + t.Name()
+		opts.Instance = instanceFor("test-" + t.Name())
 	}
 	return New(opts, nil)
 }
@@ -302,8 +321,8 @@ func TestExitedReportsCrash(t *testing.T) {
 // The start-up sweep removes what an earlier run of the same instance left, and
 // nothing of another instance's.
 func TestSweep(t *testing.T) {
-	old := newLauncher(t, Options{Options: launcher.Options{Instance: "sweep-a"}})
-	other := newLauncher(t, Options{Options: launcher.Options{Instance: "sweep-b"}})
+	old := newLauncher(t, Options{Options: launcher.Options{Instance: instanceFor("sweep-a")}})
+	other := newLauncher(t, Options{Options: launcher.Options{Instance: instanceFor("sweep-b")}})
 	a, err := old.Start(context.Background(), req())
 	if err != nil {
 		t.Fatal(err)
@@ -313,7 +332,7 @@ func TestSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Stop(context.Background())
-	if n := newLauncher(t, Options{Options: launcher.Options{Instance: "sweep-a"}}).Sweep(); n != 1 {
+	if n := newLauncher(t, Options{Options: launcher.Options{Instance: instanceFor("sweep-a")}}).Sweep(); n != 1 {
 		t.Fatalf("swept %d, want 1", n)
 	}
 	select {
@@ -410,7 +429,7 @@ func (w *syncWriter) Write(p []byte) (int, error) {
 
 func TestCaptureDriverLogs(t *testing.T) {
 	got, log := logtest.New(100)
-	l := New(Options{Options: launcher.Options{StartupTimeout: 10 * time.Second, StopTimeout: time.Second, Instance: "capture"}, CaptureLogs: true}, log)
+	l := New(Options{Options: launcher.Options{StartupTimeout: 10 * time.Second, StopTimeout: time.Second, Instance: instanceFor("capture")}, CaptureLogs: true}, log)
 	inst, err := l.Start(context.Background(), req())
 	if err != nil {
 		t.Fatal(err)
@@ -467,7 +486,7 @@ func TestStopFindsOrphansOfACrashedDriver(t *testing.T) {
 // would have nothing to do with it.
 func TestStartsWithoutSpawner(t *testing.T) {
 	got, log := logtest.New(100)
-	l := New(Options{Options: launcher.Options{StartupTimeout: 10 * time.Second, StopTimeout: time.Second, Instance: "nospawner"}}, log)
+	l := New(Options{Options: launcher.Options{StartupTimeout: 10 * time.Second, StopTimeout: time.Second, Instance: instanceFor("nospawner")}}, log)
 	l.spawn.stop()
 	l.spawn, l.spawnErr = nil, errors.New("unshare(CLONE_FILES): operation not permitted")
 	for range 2 {
@@ -512,7 +531,7 @@ func TestStartsWithoutSpawner(t *testing.T) {
 // bytes), goes with the session, and the launcher leaves no directory of its
 // own after Close.
 func TestSessionTempIsShortAndGoes(t *testing.T) {
-	l := newLauncher(t, Options{Options: launcher.Options{Instance: "a-hub-instance-name-as-long-as-an-operator-may-choose-" + strings.Repeat("x", 40)}})
+	l := newLauncher(t, Options{Options: launcher.Options{Instance: instanceFor("a-hub-instance-name-as-long-as-an-operator-may-choose-" + strings.Repeat("x", 40))}})
 	inst, err := l.Start(context.Background(), req())
 	if err != nil {
 		t.Fatal(err)

@@ -76,7 +76,7 @@ env > $d/env; readlink /proc/self/ns/net > $d/netns; exec `+stub+` "$1"
 		if !netns.Holds(e.Driver.Host) {
 			t.Fatalf("driver %d at %s, not a sandbox address", i, e.Driver.Host)
 		}
-		resp, err := (&http.Client{Transport: tr}).Get(e.Driver.String() + "status")
+		resp, err := (&http.Client{Transport: tr, Timeout: time.Minute}).Get(e.Driver.String() + "status")
 		if err != nil {
 			t.Fatalf("the hub cannot reach sandboxed driver %d: %v", i, err)
 		}

@@ -247,6 +247,7 @@ func startSettled(t *testing.T, start func(*spawnReq) (int, error)) (pid int, ou
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL); waitPid(pid) })
+	r.SetReadDeadline(time.Now().Add(time.Minute)) // a driver that says nothing fails
 	if line, err := bufio.NewReader(r).ReadString('\n'); line != "ready\n" {
 		t.Fatalf("the driver said %q, %v; want ready", line, err)
 	}
