@@ -244,15 +244,19 @@ func run(ctx context.Context, short bool, only, out string, churnFor time.Durati
 			fmt.Fprintln(f, jsonLine(r))
 		}
 	}
-	missed := 0
+	missed, failed := 0, 0
 	for _, r := range results {
+		failed += r.CorrectnessMissed()
 		for _, t := range r.Targets {
-			if !t.Met {
+			if !t.Met && !t.Correctness {
 				missed++
 			}
 		}
 	}
-	fmt.Printf("\nwsbench: %d scenarios run, %d targets missed\n", len(results), missed)
+	fmt.Printf("\nwsbench: %d scenarios run, %d timing targets missed (reported), %d correctness targets failed\n", len(results), missed, failed)
+	if failed > 0 {
+		return fmt.Errorf("%d correctness targets failed (marked FAILED above): the hub answered wrongly or left something behind", failed)
+	}
 	return nil
 }
 

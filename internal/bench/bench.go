@@ -70,11 +70,32 @@ type Target struct {
 	Unit  string  `json:"unit"`
 	// Min marks a target met at or above Limit (others: at or below).
 	Min bool `json:"min,omitempty"`
-	Met bool `json:"met"`
+	// Correctness marks a target that does not depend on the machine's speed
+	// (an error answer, a leak, an allocation count): missed, it fails the
+	// run. Timing targets are reports.
+	Correctness bool `json:"correctness,omitempty"`
+	Met         bool `json:"met"`
 }
 
 func (r *Result) target(name string, value, limit float64, unit string) {
 	r.Targets = append(r.Targets, Target{Name: name, Value: value, Limit: limit, Unit: unit, Met: value <= limit})
+}
+
+// correct is a correctness target: met when value is at most limit, and a
+// miss fails the run.
+func (r *Result) correct(name string, value, limit float64, unit string) {
+	r.Targets = append(r.Targets, Target{Name: name, Value: value, Limit: limit, Unit: unit, Correctness: true, Met: value <= limit})
+}
+
+// CorrectnessMissed is how many of r's correctness targets were missed.
+func (r *Result) CorrectnessMissed() int {
+	n := 0
+	for _, t := range r.Targets {
+		if t.Correctness && !t.Met {
+			n++
+		}
+	}
+	return n
 }
 
 // targetMin is a target that is met at or above min.
@@ -106,7 +127,10 @@ func (r *Result) Print(w io.Writer) {
 	}
 	for _, t := range r.Targets {
 		verdict := "met"
-		if !t.Met {
+		switch {
+		case !t.Met && t.Correctness:
+			verdict = "FAILED (a correctness target: the run fails)"
+		case !t.Met:
 			verdict = "MISSED"
 		}
 		bound := "≤"
