@@ -33,7 +33,7 @@ func TestForeignListenerOnTheDriversPortIsNotTheDriver(t *testing.T) {
 	rt := &http.Transport{}
 	defer rt.CloseIdleConnections()
 	closed := make(chan struct{}, 16) // the other program's connections, closed
-	l := New(Options{Options: launcher.Options{StartupTimeout: 20e9, StopTimeout: 2e9, Instance: instanceFor("test-" + t.Name()), ReadyTransport: rt}}, log)
+	l := closeAtEnd(t, New(Options{Options: launcher.Options{StartupTimeout: 20e9, StopTimeout: 2e9, Instance: instanceFor("test-" + t.Name()), ReadyTransport: rt}}, log))
 	var taken int
 	l.reserved = func(port int) {
 		if taken != 0 {

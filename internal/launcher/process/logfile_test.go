@@ -20,8 +20,8 @@ import (
 func TestAbandonedStartLeavesNoLog(t *testing.T) {
 	dir := t.TempDir()
 	ev, log := logtest.New(100)
-	l := New(Options{Options: launcher.Options{LogDir: dir, StartupTimeout: 10 * time.Second, StopTimeout: 2 * time.Second,
-		Instance: instanceFor("test-" + t.Name())}}, log)
+	l := closeAtEnd(t, New(Options{Options: launcher.Options{LogDir: dir, StartupTimeout: 10 * time.Second, StopTimeout: 2 * time.Second,
+		Instance: instanceFor("test-" + t.Name())}}, log))
 	r := req("-listen-delay", "1h")
 	r.Options = webdriver.Options{EnableLog: true, LogName: "mine.log"}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -65,8 +65,8 @@ func TestLogNameNeverReplacesAFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev, log := logtest.New(100)
-	l := New(Options{Options: launcher.Options{LogDir: dir, StartupTimeout: 10 * time.Second, StopTimeout: 2 * time.Second,
-		Instance: instanceFor("test-" + t.Name())}}, log)
+	l := closeAtEnd(t, New(Options{Options: launcher.Options{LogDir: dir, StartupTimeout: 10 * time.Second, StopTimeout: 2 * time.Second,
+		Instance: instanceFor("test-" + t.Name())}}, log))
 	r := req()
 	r.Options = webdriver.Options{EnableLog: true, LogName: "mine.log"}
 	inst, err := l.Start(context.Background(), r)

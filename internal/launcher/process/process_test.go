@@ -71,7 +71,25 @@ func newLauncher(t testing.TB, opts Options) *Launcher {
 	if opts.Instance == "" {
 		opts.Instance = instanceFor("test-" + t.Name())
 	}
-	return New(opts, nil)
+	return closeAtEnd(t, New(opts, nil))
+}
+
+// closeAtEnd closes the launcher when the test ends, as the hub does at
+// shutdown, and checks that the instance's directories (downloads, the
+// sessions' TMPDIRs) are gone then: run names are unique, so any left would
+// pile up run after run. Registered at creation, it runs after the test's own
+// deferred Stops, whether it passed or not.
+func closeAtEnd(tb testing.TB, l *Launcher) *Launcher {
+	tb.Cleanup(func() {
+		l.Close()
+		for _, dir := range []string{l.downloadRoot(), l.tempRoot()} {
+			if _, err := os.Stat(dir); err == nil {
+				os.RemoveAll(dir)
+				tb.Errorf("%s left after the launcher's Close", dir)
+			}
+		}
+	})
+	return l
 }
 
 // The shared start-policy table, on real driver processes.
@@ -361,7 +379,10 @@ func TestDriverLogsToDir(t *testing.T) {
 		{"-save-all-logs", true, webdriver.Options{}, "abc.log"},
 	} {
 		dir := t.TempDir()
-		l := newLauncher(t, Options{Options: launcher.Options{LogDir: dir, SaveAllLogs: c.saveAll}})
+		// A launcher of its own, as a hub of its own: two live launchers of
+		// one instance would share (and sweep) one set of directories.
+		l := newLauncher(t, Options{Options: launcher.Options{LogDir: dir, SaveAllLogs: c.saveAll,
+			Instance: instanceFor("test-" + t.Name() + "-" + strings.ReplaceAll(c.name, " ", "-"))}})
 		r := req()
 		r.Options = c.opts
 		inst, err := l.Start(context.Background(), r)
@@ -429,7 +450,7 @@ func (w *syncWriter) Write(p []byte) (int, error) {
 
 func TestCaptureDriverLogs(t *testing.T) {
 	got, log := logtest.New(100)
-	l := New(Options{Options: launcher.Options{StartupTimeout: 10 * time.Second, StopTimeout: time.Second, Instance: instanceFor("capture")}, CaptureLogs: true}, log)
+	l := closeAtEnd(t, New(Options{Options: launcher.Options{StartupTimeout: 10 * time.Second, StopTimeout: time.Second, Instance: instanceFor("capture")}, CaptureLogs: true}, log))
 	inst, err := l.Start(context.Background(), req())
 	if err != nil {
 		t.Fatal(err)
@@ -486,7 +507,7 @@ func TestStopFindsOrphansOfACrashedDriver(t *testing.T) {
 // would have nothing to do with it.
 func TestStartsWithoutSpawner(t *testing.T) {
 	got, log := logtest.New(100)
-	l := New(Options{Options: launcher.Options{StartupTimeout: 10 * time.Second, StopTimeout: time.Second, Instance: instanceFor("nospawner")}}, log)
+	l := closeAtEnd(t, New(Options{Options: launcher.Options{StartupTimeout: 10 * time.Second, StopTimeout: time.Second, Instance: instanceFor("nospawner")}}, log))
 	l.spawn.stop()
 	l.spawn, l.spawnErr = nil, errors.New("unshare(CLONE_FILES): operation not permitted")
 	for range 2 {
