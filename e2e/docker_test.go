@@ -23,6 +23,7 @@ import (
 
 var (
 	buildOnce                                  sync.Once
+	buildDir                                   string // removed by TestMain
 	hubBinary, stubTag, chromeTag, recorderTag string
 	buildErr                                   error
 )
@@ -41,6 +42,7 @@ func requireDocker(t *testing.T) {
 			buildErr = err
 			return
 		}
+		buildDir = dir
 		hubBinary = filepath.Join(dir, "websummoner")
 		if out, err := exec.Command("go", "build", "-o", hubBinary, "../cmd/websummoner").CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("build hub: %v\n%s", err, out)
@@ -120,6 +122,7 @@ func removeInstance(t *testing.T, instance string) {
 		label := "label=websummoner.instance=" + instance
 		exec.Command("sh", "-c", "docker ps -aq --filter "+label+" | xargs -r docker rm -f").Run()
 		exec.Command("sh", "-c", "docker network ls -q --filter "+label+" | xargs -r docker network rm").Run()
+		removeInstanceFiles(instance) // a killed hub's, had it made any
 	})
 }
 

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -50,10 +51,15 @@ var hubs atomic.Int32
 // queueing included.
 const clientTimeout = 5 * time.Minute
 
-func init() {
+func TestMain(m *testing.M) {
 	// Every test's plain calls (http.Get, http.Post, http.DefaultClient) go
 	// through this client.
 	http.DefaultClient.Timeout = clientTimeout
+	code := m.Run()
+	if buildDir != "" { // requireDocker's build of the hub
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
 }
 
 const python = "/usr/bin/python3" // Debian's, with python3-selenium; not the first python3 on PATH
@@ -139,6 +145,7 @@ func startHub(t *testing.T, args ...string) *hub {
 			}
 			t.Logf("killed processes of the hub's sessions that outlived it: %v", left)
 		}
+		removeInstanceFiles(instance)
 	})
 	args = append([]string{"-listen", addr, "-instance", instance}, args...)
 	cmd := exec.Command("make", "-s", "-C", "..", "run", "ARGS="+strings.Join(args, " "))
@@ -146,6 +153,17 @@ func startHub(t *testing.T, args ...string) *hub {
 	h := launch(t, cmd, addr, 3*time.Minute)              // includes building the hub
 	h.instance = instance
 	return h
+}
+
+// removeInstanceFiles removes what a local-driver hub of the instance keeps
+// in the temporary directory: its sessions' download directories and
+// TMPDIRs. A hub that stops cleanly removes them itself; a killed one leaves
+// them, and instance names are unique to a run, so they would pile up. The
+// TMPDIR root's name is process.Launcher's: wst- and a hash of the instance.
+func removeInstanceFiles(instance string) {
+	os.RemoveAll(filepath.Join(os.TempDir(), "websummoner-downloads", instance))
+	sum := sha256.Sum256([]byte(instance))
+	os.RemoveAll(filepath.Join(os.TempDir(), "wst-"+hex.EncodeToString(sum[:6])))
 }
 
 // ourProcesses lists the live processes of a hub instance's sessions: those
