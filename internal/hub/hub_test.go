@@ -276,6 +276,14 @@ func TestCreateW3CAndJSONWireShapes(t *testing.T) {
 	if resp.StatusCode != 200 || body["status"] != 0.0 || body["sessionId"] == "" {
 		t.Fatalf("JSONWire create: %d %v", resp.StatusCode, body)
 	}
+	// The driver was asked in JSONWire too (as chromedriver, the stub then
+	// opens a JSONWire session and answers in its shape): what it received is
+	// the client's desiredCapabilities, under the key a JSONWire answer gives.
+	value := body["value"].(map[string]any)
+	received, _ := value["wdstub:received"].(map[string]any)
+	if value["wdstub:dialect"] != "jsonwire" || received["browserName"] != "chrome" || received["version"] != nil {
+		t.Fatalf("the driver did not get the JSONWire client's desiredCapabilities (less the version): %v", body["value"])
+	}
 	f.do("DELETE", "/wd/hub/session/"+body["sessionId"].(string), "")
 	f.sess.Settled() // the teardown runs after the answer
 	if st := f.q.Stats(); st.InUse != 0 {

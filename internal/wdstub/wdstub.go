@@ -157,15 +157,23 @@ func (s *Server) newSession(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req struct {
-		Capabilities struct {
+		Capabilities *struct {
 			AlwaysMatch map[string]any `json:"alwaysMatch"`
 		} `json:"capabilities"`
+		Desired map[string]any `json:"desiredCapabilities"`
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
 		writeErr(w, 400, "invalid argument", "wdstub: "+err.Error())
 		return
 	}
-	if bad, ok := req.Capabilities.AlwaysMatch["wdstub:reject"]; ok {
+	// As chromedriver: a body with desiredCapabilities alone opens a JSONWire
+	// session, answered in JSONWire's shape.
+	jsonWire := req.Capabilities == nil && req.Desired != nil
+	received := req.Desired
+	if req.Capabilities != nil {
+		received = req.Capabilities.AlwaysMatch
+	}
+	if bad, ok := received["wdstub:reject"]; ok {
 		writeErr(w, 400, "invalid argument", "wdstub: rejected capability wdstub:reject="+toString(bad))
 		return
 	}
@@ -176,7 +184,12 @@ func (s *Server) newSession(w http.ResponseWriter, r *http.Request) {
 	s.sessions[id] = map[string]any{}
 	s.created++
 	s.mu.Unlock()
-	caps := map[string]any{"browserName": "wdstub", "browserVersion": "1.0", "platformName": "linux", "wdstub:received": req.Capabilities.AlwaysMatch}
+	caps := map[string]any{"browserName": "wdstub", "browserVersion": "1.0", "platformName": "linux", "wdstub:received": received, "wdstub:dialect": "w3c"}
+	if jsonWire {
+		caps["wdstub:dialect"] = "jsonwire"
+		write(w, 200, map[string]any{"sessionId": id, "status": 0, "value": caps})
+		return
+	}
 	write(w, 200, map[string]any{"value": map[string]any{"sessionId": id, "capabilities": caps}})
 }
 

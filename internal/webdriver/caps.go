@@ -361,26 +361,30 @@ func parseOptions(caps map[string]any, legacyTopLevel bool) (Options, error) {
 	return o, nil
 }
 
-// w3cKeys are the standard capabilities a W3C driver accepts without a prefix.
-var w3cKeys = []string{"browserName", "platformName", "acceptInsecureCerts", "pageLoadStrategy", "proxy",
-	"timeouts", "unhandledPromptBehavior", "strictFileInteractability", "setWindowRect", "webSocketUrl",
-	"userAgent"}
-
-// DriverBody is the new-session body to send to the driver for a chosen candidate:
-// W3C always (JSONWire requests are translated), the hub's vendor options and the
-// version (already resolved by the hub, and a driver would compare it to its exact
-// build) removed, and defaults from browsers.json merged under the client's values.
+// DriverBody is the new-session body to send to the driver for a chosen
+// candidate, in the protocol the client spoke: a W3C client's as
+// capabilities.alwaysMatch; a JSONWire client's (desiredCapabilities only) as
+// desiredCapabilities, so a driver that still speaks JSONWire (chromedriver)
+// stays in that mode for the session's commands, as behind Selenoid, which
+// forwards the body as it came. Either way the hub's vendor options and the
+// version (already resolved by the hub, and a driver would compare it to its
+// exact build) are removed, and defaults from browsers.json are merged under
+// the client's values. A JSONWire client's chromeOptions is sent as
+// goog:chromeOptions, the name browsers.json's defaults use and chromedriver
+// reads in both modes.
 func DriverBody(merged map[string]any, w3c bool, defaults map[string]any) []byte {
 	caps := map[string]any{}
 	for k, v := range merged {
 		switch {
 		case k == OptionsKey || k == SelenoidOptionsKey || k == "browserVersion" || k == "version":
-		case w3c || strings.Contains(k, ":") || slices.Contains(w3cKeys, k):
+		case w3c:
 			caps[k] = v
 		case k == "chromeOptions":
 			if _, ok := merged["goog:chromeOptions"]; !ok {
 				caps["goog:chromeOptions"] = v
 			}
+		default:
+			caps[k] = v
 		}
 	}
 	if !w3c {
@@ -389,6 +393,10 @@ func DriverBody(merged map[string]any, w3c bool, defaults map[string]any) []byte
 		}
 	}
 	caps = Merge(defaults, caps)
+	if !w3c {
+		body, _ := json.Marshal(map[string]any{"desiredCapabilities": caps})
+		return body
+	}
 	body, _ := json.Marshal(map[string]any{"capabilities": map[string]any{"alwaysMatch": caps, "firstMatch": []any{map[string]any{}}}})
 	return body
 }

@@ -168,13 +168,30 @@ func TestDriverBodyStripsAndMerges(t *testing.T) {
 	if !reflect.DeepEqual(co["args"], want) || co["binary"] != "/usr/bin/chromium" {
 		t.Errorf("chromeOptions %v, want args %v and the default binary", co, want)
 	}
-	// JSONWire is translated: legacy keys dropped, chromeOptions renamed.
-	n, _ = ParseNewSession([]byte(`{"desiredCapabilities":{"browserName":"chrome","version":"","platform":"ANY","javascriptEnabled":true,"chromeOptions":{"args":["--headless"]}}}`))
+	// JSONWire stays JSONWire (the driver then answers the session's commands
+	// in it): desiredCapabilities only, its keys kept but the version and the
+	// vendor options, chromeOptions under the name the defaults use.
+	n, _ = ParseNewSession([]byte(`{"desiredCapabilities":{"browserName":"chrome","version":"","platform":"ANY","javascriptEnabled":true,"selenoid:options":{"name":"x"},"chromeOptions":{"args":["--window-size=800,600"]}}}`))
 	cs, _ = n.Candidates()
-	json.Unmarshal(DriverBody(cs[0].Caps(), false, nil), &got)
-	am = got.Capabilities.AlwaysMatch
-	if _, ok := am["platform"]; ok || am["goog:chromeOptions"] == nil || am["browserName"] != "chrome" {
-		t.Errorf("translated JSONWire caps %v", am)
+	var legacy map[string]map[string]any
+	if err := json.Unmarshal(DriverBody(cs[0].Caps(), false, defaults), &legacy); err != nil {
+		t.Fatal(err)
+	}
+	dc := legacy["desiredCapabilities"]
+	if len(legacy) != 1 || dc == nil {
+		t.Fatalf("a JSONWire client's body to the driver: %v, want desiredCapabilities alone", legacy)
+	}
+	for _, k := range []string{"version", "selenoid:options", "chromeOptions"} {
+		if _, ok := dc[k]; ok {
+			t.Errorf("%s reached the driver: %v", k, dc)
+		}
+	}
+	if dc["platform"] != "ANY" || dc["javascriptEnabled"] != true || dc["browserName"] != "chrome" {
+		t.Errorf("the client's JSONWire capabilities were not kept: %v", dc)
+	}
+	co = dc["goog:chromeOptions"].(map[string]any)
+	if want := []any{"--headless", "--no-sandbox", "--window-size=800,600"}; !reflect.DeepEqual(co["args"], want) {
+		t.Errorf("JSONWire chromeOptions %v, want args %v", co, want)
 	}
 }
 
