@@ -112,7 +112,10 @@ func (h *Hub) replyFor(err error) reply {
 	case errors.As(err, &ae):
 		return reply{status: http.StatusBadRequest, code: webdriver.ErrInvalidArgument, msg: ae.Msg, event: "BAD_REQUEST", level: slog.LevelInfo}
 	case errors.As(err, &nf), errors.As(err, &nl):
-		rep.event, rep.level = "ENVIRONMENT_NOT_AVAILABLE", slog.LevelInfo
+		// Selenoid's answer, status, code and words, which clients' retry
+		// logic treats as final; the details follow.
+		return reply{status: http.StatusBadRequest, code: webdriver.ErrInvalidArgument, event: "ENVIRONMENT_NOT_AVAILABLE", level: slog.LevelInfo,
+			msg: "Requested environment is not available: " + rep.msg}
 	case errors.As(err, &rf):
 		return h.refusalReply(rf.out)
 	case errors.Is(err, errShutDown):
