@@ -27,10 +27,15 @@ import (
 //	/devtools/{id}/page                         the session's first page target
 //	/devtools/{id}/page/{target}                that page target
 //	/devtools/{id}/json/version, /json/list     DevTools' HTTP, socket URLs pointing at the hub
+//	/devtools/{id}/json/protocol                the protocol's description, as the browser serves it
 //	/session/{id}/se/bidi                       the driver's WebDriver BiDi socket (webSocketUrl)
 
 // maxDevToolsJSON bounds what is read of DevTools' /json answers.
 const maxDevToolsJSON = 1 << 20
+
+// maxDevToolsProtocol bounds DevTools' /json/protocol, which is relayed, not
+// read: Chromium's is 1.6 MB.
+const maxDevToolsProtocol = 32 << 20
 
 // devtools serves /devtools/{id}/… .
 func (h *Hub) devtools(w http.ResponseWriter, r *http.Request) {
@@ -51,6 +56,9 @@ func (h *Hub) devtools(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case rest == "json/version" || rest == "json/list" || rest == "json":
 		h.devtoolsJSON(w, r, s, dt, rest)
+		return
+	case rest == "json/protocol":
+		h.devtoolsProtocol(w, r, s, dt)
 		return
 	case rest == "" || rest == "browser":
 		h.devtoolsSocket(w, r, s, dt, "json/version", func(v json.RawMessage) string {
@@ -75,7 +83,7 @@ func (h *Hub) devtools(w http.ResponseWriter, r *http.Request) {
 		h.proxySocket(w, r, s, dt.JoinPath("devtools", rest))
 	default:
 		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnknownCommand,
-			fmt.Sprintf("/devtools/%s/%s is not a DevTools endpoint: use /, /browser, /page, /page/{targetId}, /json/version or /json/list", s.ID, rest))
+			fmt.Sprintf("/devtools/%s/%s is not a DevTools endpoint: use /, /browser, /page, /page/{targetId}, /json/version, /json/list or /json/protocol", s.ID, rest))
 	}
 }
 
@@ -136,6 +144,39 @@ func (h *Hub) devtoolsJSON(w http.ResponseWriter, r *http.Request, s *session.Se
 	}
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	_, _ = io.WriteString(w, text)
+}
+
+// devtoolsProtocol relays DevTools' /json/protocol (Selenoid lists it; CDP
+// clients read the protocol's domains from it). It names no socket, so it
+// passes as the browser sent it, up to maxDevToolsProtocol.
+func (h *Hub) devtoolsProtocol(w http.ResponseWriter, r *http.Request, s *session.Session, dt *url.URL) {
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, dt.JoinPath("json/protocol").String(), nil)
+	if err != nil {
+		h.sideChannelDown(w, s, "DevTools", dt, err)
+		return
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		h.sideChannelDown(w, s, "DevTools", dt, err)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+		h.sideChannelDown(w, s, "DevTools", dt, fmt.Errorf("DevTools answered %d: %s", resp.StatusCode, webdriver.Truncate(data, 200)))
+		return
+	}
+	if resp.ContentLength > maxDevToolsProtocol {
+		h.sideChannelDown(w, s, "DevTools", dt, fmt.Errorf("its /json/protocol is %d bytes, over the hub's %d MiB bound", resp.ContentLength, maxDevToolsProtocol>>20))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	if resp.ContentLength >= 0 {
+		w.Header().Set("Content-Length", fmt.Sprint(resp.ContentLength))
+	}
+	_, _ = io.Copy(w, io.LimitReader(resp.Body, maxDevToolsProtocol))
 }
 
 // replaceSocket rewrites socket URLs in DevTools' JSON (written without its

@@ -29,6 +29,9 @@ func fakeDevTools(t *testing.T) *httptest.Server {
 	mux.HandleFunc("/json/list", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `[{"id":"p-1","type":"page","webSocketDebuggerUrl":"ws://%s/devtools/page/p-1"}]`, strings.TrimPrefix(srv.URL, "http://"))
 	})
+	mux.HandleFunc("/json/protocol", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, devToolsProtocol)
+	})
 	echo := websocket.Handler(func(c *websocket.Conn) {
 		fmt.Fprintf(c, "%s", c.Request().URL.Path) // says which socket it is
 		io.Copy(c, c)
@@ -38,6 +41,10 @@ func fakeDevTools(t *testing.T) *httptest.Server {
 	t.Cleanup(srv.Close)
 	return srv
 }
+
+// devToolsProtocol is the start of what a browser's /json/protocol holds,
+// and more than fits in a small buffer.
+var devToolsProtocol = `{"version":{"major":"1","minor":"3"},"domains":[` + strings.Repeat(`{"domain":"Page","commands":[]},`, 50000) + `{"domain":"Last"}]}`
 
 func TestDevToolsThroughHub(t *testing.T) {
 	dt := fakeDevTools(t)
@@ -63,6 +70,16 @@ func TestDevToolsThroughHub(t *testing.T) {
 			t.Errorf("%s reached %q, want %q", path, buf[:n], want)
 		}
 		ws.Close()
+	}
+	// /json/protocol is passed on as the browser sent it, however long.
+	resp, err := http.Get(f.srv.URL + "/devtools/" + id + "/json/protocol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proto, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(proto) != devToolsProtocol || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		t.Fatalf("/json/protocol: %d %q, %d bytes; want the browser's %d", resp.StatusCode, resp.Header.Get("Content-Type"), len(proto), len(devToolsProtocol))
 	}
 	_, list := f.do("GET", "/devtools/"+id+"/json/version", "")
 	if list["webSocketDebuggerUrl"] != "ws://"+host+"/devtools/"+id+"/browser" {
@@ -92,7 +109,7 @@ func TestDevToolsThroughHub(t *testing.T) {
 		}
 	}
 	// Errors: unknown session, no DevTools, no BiDi.
-	resp, body := f.do("GET", "/devtools/nope/json/version", "")
+	resp, body = f.do("GET", "/devtools/nope/json/version", "")
 	if code, _ := errOf(body); resp.StatusCode != 404 || code != "invalid session id" {
 		t.Fatalf("unknown session: %d %v", resp.StatusCode, body)
 	}
