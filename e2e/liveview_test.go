@@ -319,11 +319,14 @@ func recorders(t *testing.T, instance string) []string {
 
 // Every way a recorded session ends leaves a playable video: its idle timeout,
 // -max-session-lifetime, the browser killed under it, and the hub stopped
-// with SIGTERM (DELETE is TestDockerVideo's).
+// with SIGTERM (DELETE is TestDockerVideo's). The idle timeout and the
+// lifetime are long enough that the test's own calls, each due before them
+// (a paint after the start, the kill and the SIGTERM a few seconds in), are
+// never late on a busy machine.
 func TestDockerVideoSurvivesKillAndShutdown(t *testing.T) {
 	requireDocker(t)
-	d := startDockerHub(t, instanceFor(t), "-limit", "2", "-graceful-period", "1s", "-max-session-lifetime", "5s")
-	idle := chromeSession(t, d.url, `"enableVideo":true,"videoName":"idle.mp4","sessionTimeout":"2s"`)
+	d := startDockerHub(t, instanceFor(t), "-limit", "2", "-graceful-period", "1s", "-max-session-lifetime", "30s")
+	idle := chromeSession(t, d.url, `"enableVideo":true,"videoName":"idle.mp4","sessionTimeout":"15s"`)
 	paint(t, d.url, idle, [3]int{0, 255, 0})
 	aged := chromeSession(t, d.url, `"enableVideo":true,"videoName":"lifetime.mp4"`)
 	paint(t, d.url, aged, [3]int{0, 255, 0})
