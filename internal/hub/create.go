@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/websummoner/websummoner/internal/config"
@@ -208,6 +209,9 @@ func (h *Hub) resolve(c *creation) error {
 // client asks for what it may not choose, or the launcher knows the start is
 // doomed (engine down, image missing).
 func (h *Hub) check(c *creation) error {
+	if len(c.opts.Ignored) > 0 {
+		logtag.Event(h.log, slog.LevelDebug, c.id, "IGNORED_OPTIONS", strings.Join(c.opts.Ignored, ", "))
+	}
 	if err := launcher.CheckClient(c.browser, c.opts, c.caps); err != nil {
 		return err
 	}

@@ -74,7 +74,7 @@ func createErrorCases() []createErrorCase {
 			status: 400, code: "invalid argument", msg: `env "LD_PRELOAD" may not be set`, tag: "BAD_REQUEST"},
 		{name: "container networking for a local driver", phase: phaseCheck, body: `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"hostsEntries":["a.test:127.0.0.1"]}}}}`,
 			status: 400, code: "invalid argument", msg: "hostsEntries cannot apply", tag: "BAD_REQUEST"},
-		{name: "an unknown or unsupported vendor option", phase: phaseParse, body: `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"s3KeyPattern":"x"}}}}`,
+		{name: "a vendor option the hub does not support yet", phase: phaseParse, body: `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"s3KeyPattern":"x"}}}}`,
 			status: 400, code: "invalid argument", msg: "not supported by this hub yet", tag: "BAD_REQUEST"},
 		{name: "video asked of a local driver process", phase: phaseCheck, body: `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"enableVideo":true}}}}`,
 			status: 400, code: "invalid argument", msg: "no screen to record", tag: "BAD_REQUEST"},

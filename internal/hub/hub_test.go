@@ -735,3 +735,15 @@ func TestDeleteAnsweredBeforeTeardown(t *testing.T) {
 		t.Fatalf("slots in use %d after the teardown", st.InUse)
 	}
 }
+
+// A vendor option the hub does not know is ignored, as Selenoid ignores it:
+// the session starts, and the hub logs what it ignored.
+func TestUnknownVendorOptionsAreIgnoredAndLogged(t *testing.T) {
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	resp, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"name":"n","moonOnly":true}}}}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("an unknown vendor option refused: %d %v", resp.StatusCode, body)
+	}
+	f.ev.Wait(t, "[IGNORED_OPTIONS] [selenoid:options.moonOnly]", time.Minute)
+	f.do("DELETE", "/session/"+body["value"].(map[string]any)["sessionId"].(string), "")
+}

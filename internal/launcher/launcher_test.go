@@ -48,56 +48,67 @@ func TestOptionsDefaultsAndValidate(t *testing.T) {
 	}
 }
 
-// What a client may choose: env from the allow-list (operator-extendable, never
-// a loader or search-path variable), no binary, launcher or profile unless the
-// operator allows it.
+// What a client may choose for a local driver, which runs on the hub's host:
+// env from the allow-list (operator-extendable, never a loader or search-path
+// variable), no binary, launcher or profile unless the operator allows it. In
+// a container, which is the boundary as under Selenoid, all of it but the
+// hub's own variables.
 func TestCheckClient(t *testing.T) {
-	b := config.Resolved{Name: "chrome", Version: "128.0", Browser: &config.Browser{ClientEnv: []string{"APP_*", "LD_PRELOAD", "PATH"}}}
+	local := config.Resolved{Name: "chrome", Version: "128.0", Browser: &config.Browser{
+		Image: config.Image{Command: []string{"chromedriver"}}, ClientEnv: []string{"APP_*", "LD_PRELOAD", "PATH"}}}
+	container := config.Resolved{Name: "chrome", Version: "128.0", Browser: &config.Browser{
+		Image: config.Image{Name: "selenoid/chrome:128.0"}}}
 	opts := func(env ...string) webdriver.Options { return webdriver.Options{Env: env} }
 	chrome := func(k string, v any) map[string]any {
 		return map[string]any{"browserName": "chrome", "goog:chromeOptions": map[string]any{k: v}}
 	}
 	for _, c := range []struct {
-		name string
-		o    webdriver.Options
-		caps map[string]any
-		want string // "" = allowed
+		name      string
+		o         webdriver.Options
+		caps      map[string]any
+		local     string // "" = allowed
+		container string
 	}{
-		{"locale", opts("LANG=de_DE.UTF-8", "LC_ALL=C", "TZ=UTC"), nil, ""},
-		{"operator's family", opts("APP_MODE=test"), nil, ""},
-		{"unlisted", opts("FOO=1"), nil, `env "FOO" may not be set`},
-		{"loader, even listed", opts("LD_PRELOAD=/tmp/x.so"), nil, `env "LD_PRELOAD"`},
-		{"search path, even listed", opts("PATH=/tmp"), nil, `env "PATH"`},
-		{"search path family", opts("PYTHONPATH=/tmp"), nil, `env "PYTHONPATH"`},
-		{"our marker", opts("WEBSUMMONER_PROCESS=x"), nil, `env "WEBSUMMONER_PROCESS"`},
-		{"plain args", webdriver.Options{}, chrome("args", []any{"--headless", "--window-size=800,600"}), ""},
-		{"binary", webdriver.Options{}, chrome("binary", "/tmp/evil"), `"goog:chromeOptions".binary chooses what runs`},
-		{"firefox binary", webdriver.Options{}, map[string]any{"moz:firefoxOptions": map[string]any{"binary": "/x"}}, `"moz:firefoxOptions".binary`},
-		{"command prefix", webdriver.Options{}, chrome("args", []any{"--renderer-cmd-prefix=/tmp/evil"}), `--renderer-cmd-prefix`},
-		{"another profile", webdriver.Options{}, chrome("args", []any{"--user-data-dir=/tmp/other"}), `--user-data-dir`},
-		{"another browser", webdriver.Options{}, chrome("debuggerAddress", "127.0.0.1:9222"), `debuggerAddress`},
+		{"locale", opts("LANG=de_DE.UTF-8", "LC_ALL=C", "TZ=UTC"), nil, "", ""},
+		{"operator's family", opts("APP_MODE=test"), nil, "", ""},
+		{"unlisted", opts("FOO=1"), nil, `env "FOO" may not be set`, ""},
+		{"loader, even listed", opts("LD_PRELOAD=/tmp/x.so"), nil, `env "LD_PRELOAD"`, ""},
+		{"search path, even listed", opts("PATH=/tmp"), nil, `env "PATH"`, ""},
+		{"search path family", opts("PYTHONPATH=/tmp"), nil, `env "PYTHONPATH"`, ""},
+		{"our marker", opts("WEBSUMMONER_PROCESS=x"), nil, `env "WEBSUMMONER_PROCESS"`, `env "WEBSUMMONER_PROCESS"`},
+		{"the image's allow-list", opts("WEBSUMMONER_HUB_ADDRESSES=0.0.0.0/0"), nil, `env "WEBSUMMONER_HUB_ADDRESSES"`, `env "WEBSUMMONER_HUB_ADDRESSES"`},
+		{"plain args", webdriver.Options{}, chrome("args", []any{"--headless", "--window-size=800,600"}), "", ""},
+		{"binary", webdriver.Options{}, chrome("binary", "/tmp/evil"), `"goog:chromeOptions".binary chooses what runs`, ""},
+		{"firefox binary", webdriver.Options{}, map[string]any{"moz:firefoxOptions": map[string]any{"binary": "/x"}}, `"moz:firefoxOptions".binary`, ""},
+		{"command prefix", webdriver.Options{}, chrome("args", []any{"--renderer-cmd-prefix=/tmp/evil"}), `--renderer-cmd-prefix`, ""},
+		{"another profile", webdriver.Options{}, chrome("args", []any{"--user-data-dir=/tmp/other"}), `--user-data-dir`, ""},
+		{"another browser", webdriver.Options{}, chrome("debuggerAddress", "127.0.0.1:9222"), `debuggerAddress`, ""},
 	} {
-		err := CheckClient(b, c.o, c.caps)
-		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
-			t.Errorf("%s: %v, want %q", c.name, err, c.want)
-		}
-		var ae *webdriver.ArgumentError
-		if err != nil && !errors.As(err, &ae) {
-			t.Errorf("%s: %T is not an ArgumentError", c.name, err)
+		for _, where := range []struct {
+			b    config.Resolved
+			want string
+		}{{local, c.local}, {container, c.container}} {
+			err := CheckClient(where.b, c.o, c.caps)
+			if where.want == "" && err != nil || where.want != "" && (err == nil || !strings.Contains(err.Error(), where.want)) {
+				t.Errorf("%s for %v: %v, want %q", c.name, where.b.Image, err, where.want)
+			}
+			var ae *webdriver.ArgumentError
+			if err != nil && !errors.As(err, &ae) {
+				t.Errorf("%s: %T is not an ArgumentError", c.name, err)
+			}
 		}
 	}
-	local := config.Resolved{Name: "chrome", Version: "local", Browser: &config.Browser{Image: config.Image{Command: []string{"chromedriver"}}}}
 	if err := CheckClient(local, webdriver.Options{HostsEntries: []string{"a:1.2.3.4"}}, nil); err == nil || !strings.Contains(err.Error(), "hostsEntries cannot apply") {
 		t.Errorf("networking for a local driver: %v", err)
 	}
-	if err := CheckClient(b, webdriver.Options{HostsEntries: []string{"a:1.2.3.4"}}, nil); err != nil {
+	if err := CheckClient(container, webdriver.Options{HostsEntries: []string{"a:1.2.3.4"}}, nil); err != nil {
 		t.Errorf("networking for a container: %v", err)
 	}
-	b.AllowClientBinary = true
-	if err := CheckClient(b, webdriver.Options{}, chrome("binary", "/opt/chrome")); err != nil {
+	local.AllowClientBinary = true
+	if err := CheckClient(local, webdriver.Options{}, chrome("binary", "/opt/chrome")); err != nil {
 		t.Errorf("allowClientBinary: %v", err)
 	}
-	if err := CheckClient(b, opts("LD_PRELOAD=/x"), nil); err == nil {
+	if err := CheckClient(local, opts("LD_PRELOAD=/x"), nil); err == nil {
 		t.Error("allowClientBinary let a loader variable through")
 	}
 }

@@ -39,8 +39,24 @@ func envMatch(name string, patterns []string) bool {
 	return false
 }
 
+// neverContainerEnv are variables a client may not set even in a container
+// of its own: the hub's contract with the image (WEBSUMMONER_HUB_ADDRESSES
+// names who may reach the container's services).
+var neverContainerEnv = []string{"WEBSUMMONER_*"}
+
+// inContainer reports whether b runs in a container. There the container is
+// the boundary, as under Selenoid: what a client sets inside it (any env,
+// Chromium's arguments, another binary of the image) touches its own session
+// alone, while mounts, privileges, devices and networks stay the operator's.
+// A local driver runs on the hub's host, where the client chooses nothing
+// that runs.
+func inContainer(b config.Resolved) bool { return b.Browser != nil && !b.Image.IsCommand() }
+
 // clientEnvAllowed says whether a client may set name for browser b.
 func clientEnvAllowed(b config.Resolved, name string) bool {
+	if inContainer(b) {
+		return !envMatch(name, neverContainerEnv)
+	}
 	if envMatch(name, neverClientEnv) {
 		return false
 	}
@@ -53,15 +69,20 @@ var chooseWhatRuns = []string{"--renderer-cmd-prefix", "--utility-cmd-prefix", "
 	"--plugin-launcher", "--ppapi-plugin-launcher", "--nacl-gdb", "--gpu-startup-dialog", "--user-data-dir", "--remote-debugging-pipe"}
 
 // CheckClient refuses, before the request queues, what a client may not
-// choose: an env variable outside the allow-list, or — unless the operator set
-// "allowClientBinary" — a capability that picks the program that runs or
-// another browser's state. The error is a *webdriver.ArgumentError naming it.
+// choose: for a local driver, an env variable outside the allow-list, or —
+// unless the operator set "allowClientBinary" — a capability that picks the
+// program that runs or another browser's state; in a container, the hub's
+// own variables; anywhere, a network or container the operator did not name.
+// The error is a *webdriver.ArgumentError naming it.
 func CheckClient(b config.Resolved, o webdriver.Options, caps map[string]any) error {
 	for _, kv := range o.Env {
 		name, _, _ := strings.Cut(kv, "=")
 		if !clientEnvAllowed(b, name) {
-			return &webdriver.ArgumentError{Msg: fmt.Sprintf("env %q may not be set by a client: only %s%s, and never loader or search-path variables (docs/security.md)",
-				name, strings.Join(defaultClientEnv, ", "), operatorEnv(b))}
+			if inContainer(b) {
+				return &webdriver.ArgumentError{Msg: fmt.Sprintf("env %q may not be set by a client: WEBSUMMONER_* variables are the hub's own contract with the image (docs/security.md)", name)}
+			}
+			return &webdriver.ArgumentError{Msg: fmt.Sprintf("env %q may not be set by a client for %s, a local driver process on the hub's host: only %s%s, and never loader or search-path variables; in a container any other variable may be set (docs/security.md)",
+				name, b, strings.Join(defaultClientEnv, ", "), operatorEnv(b))}
 		}
 	}
 	if net := o.Networking(); len(net) > 0 && b.Browser != nil && b.Image.IsCommand() {
@@ -82,7 +103,7 @@ func CheckClient(b config.Resolved, o webdriver.Options, caps map[string]any) er
 	if o.EnableVideo && b.Browser != nil && b.Image.IsCommand() {
 		return &webdriver.ArgumentError{Msg: fmt.Sprintf("%s runs as a local driver process, which has no screen to record; enableVideo works for browsers in containers (docs/live-view.md)", b)}
 	}
-	if b.Browser != nil && b.AllowClientBinary {
+	if b.Browser != nil && b.AllowClientBinary || inContainer(b) {
 		return nil
 	}
 	if what := choosesWhatRuns(caps); what != "" {

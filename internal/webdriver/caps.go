@@ -228,6 +228,10 @@ type Options struct {
 	AdditionalNetworks    []string `json:"additionalNetworks,omitempty"`    // Docker networks to join
 	ApplicationContainers []string `json:"applicationContainers,omitempty"` // containers linked by name
 	ContainerHostname     string   `json:"containerHostname,omitempty"`
+
+	// Ignored names the keys of the vendor options the hub does not know, as
+	// "selenoid:options.key": ignored, as Selenoid ignores them, and logged.
+	Ignored []string `json:"-"`
 }
 
 // Networking reports the per-session networking the options ask for, by
@@ -246,7 +250,9 @@ func (o Options) Networking() []string {
 }
 
 // knownOptions are the vendor options the hub reads; any other key in
-// websummoner:options or selenoid:options is refused rather than ignored.
+// websummoner:options or selenoid:options is ignored, as Selenoid ignores it
+// (clients send options for other grids there too), and named in
+// Options.Ignored.
 var knownOptions = map[string]bool{"name": true, "sessionTimeout": true, "env": true, "labels": true, "screenResolution": true,
 	"timeZone": true, "enableVNC": true, "hostsEntries": true, "dnsServers": true, "additionalNetworks": true,
 	"applicationContainers": true, "containerHostname": true, "enableLog": true, "logName": true,
@@ -291,7 +297,7 @@ func parseOptions(caps map[string]any, legacyTopLevel bool) (Options, error) {
 				continue
 			}
 			if !knownOptions[k] {
-				return o, argErr("%s.%s is not an option this hub knows; known: %s (docs/browsers.md)", key, k, strings.Join(slices.Sorted(maps.Keys(knownOptions)), ", "))
+				o.Ignored = append(o.Ignored, key+"."+k)
 			}
 		}
 	}
@@ -305,7 +311,10 @@ func parseOptions(caps map[string]any, legacyTopLevel bool) (Options, error) {
 	if err := json.Unmarshal(raw, &aux); err != nil {
 		return o, argErr("%s: %v", key, err)
 	}
+	ignored := o.Ignored
+	slices.Sort(ignored)
 	o = aux.Options
+	o.Ignored = ignored
 	switch t := aux.SessionTimeout.(type) {
 	case nil:
 	case string:

@@ -86,7 +86,6 @@ func TestMalformed(t *testing.T) {
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"videoFrameRate":2.5}}}}`:                  "videoFrameRate",
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"videoCodec":"x264; rm -rf /"}}}}`:         "must be an ffmpeg encoder name",
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"enableLog":true,"logName":"../x.log"}}}}`: "must be a file name, without a path",
-		`{"capabilities":{"alwaysMatch":{"websummoner:options":{"nmae":"typo"}}}}`:                      "websummoner:options.nmae is not an option this hub knows",
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"hostsEntries":["no-ip"]}}}}`:              `hostsEntries entry "no-ip" must be "host:ip"`,
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"dnsServers":["dns.example"]}}}}`:          "must be an IP address",
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"additionalNetworks":["a b"]}}}}`:          "not a Docker network or container name",
@@ -228,5 +227,22 @@ func TestVideoDefaults(t *testing.T) {
 	}
 	if s := (Options{ScreenResolution: "1280x1024"}).Screen(); s != "1280x1024x24" {
 		t.Errorf("Screen() = %q, want the depth added", s)
+	}
+}
+
+// Vendor options the hub does not know are ignored, as Selenoid ignores them,
+// and named so the hub can log them; those it knows are still read.
+func TestUnknownVendorOptionsAreIgnored(t *testing.T) {
+	n, err := ParseNewSession([]byte(`{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"name":"n","nmae":"typo","moon:extra":{"a":1}}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := n.Candidates()
+	if err != nil {
+		t.Fatalf("unknown vendor options refused: %v", err)
+	}
+	o := cs[0].Options
+	if want := []string{"selenoid:options.moon:extra", "selenoid:options.nmae"}; !reflect.DeepEqual(o.Ignored, want) || o.Name != "n" {
+		t.Fatalf("ignored %v, name %q; want %v and the known name read", o.Ignored, o.Name, want)
 	}
 }

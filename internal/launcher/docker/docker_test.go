@@ -449,7 +449,7 @@ func TestContainerLogs(t *testing.T) {
 // The shared start-policy table, in real containers of the stub image.
 func TestEnvPrecedence(t *testing.T) {
 	l, _ := newLauncher(t, Options{}, nil)
-	launchertest.RunEnvCases(t, func(c launchertest.EnvCase) (launcher.Instance, error) {
+	launchertest.RunEnvCases(t, true, func(c launchertest.EnvCase) (launcher.Instance, error) {
 		r := stubRequest(c.Operator...)
 		r.Browser.ClientEnv, r.Options = c.ClientEnv, c.Options
 		return l.Start(context.Background(), r)

@@ -27,17 +27,23 @@ type EnvCase struct {
 }
 
 // EnvCases is the env precedence of docs/browsers.md: client env, then what the
-// hub derives from the client's options, then the operator's env.
-func EnvCases() []EnvCase {
+// hub derives from the client's options, then the operator's env. In a
+// container (the boundary, as under Selenoid) a client's variables all reach
+// the driver but the hub's own; on the hub's host only the allow-list does.
+func EnvCases(inContainer bool) []EnvCase {
+	outside := map[string]string{"WS_FOO": "", "LD_PRELOAD": "", "PYTHONPATH": ""} // WEBSUMMONER_PROCESS is the launcher's own marker there
+	if inContainer {
+		outside = map[string]string{"WS_FOO": "1", "LD_PRELOAD": "/tmp/x.so", "PYTHONPATH": "/tmp", "WEBSUMMONER_PROCESS": ""}
+	}
 	return []EnvCase{
 		{Name: "client env the operator allows reaches the driver",
 			ClientEnv: []string{"WS_*"},
 			Options:   webdriver.Options{Env: []string{"WS_FOO=1", "LANG=C.UTF-8"}},
 			Want:      map[string]string{"WS_FOO": "1", "LANG": "C.UTF-8"}},
-		{Name: "client env outside the allow-list never reaches the driver",
+		{Name: "client env outside the allow-list (a local driver's) reaches a container's driver alone",
 			ClientEnv: []string{"LD_PRELOAD", "PYTHONPATH"},
 			Options:   webdriver.Options{Env: []string{"WS_FOO=1", "LD_PRELOAD=/tmp/x.so", "PYTHONPATH=/tmp", "WEBSUMMONER_PROCESS=x"}},
-			Want:      map[string]string{"WS_FOO": "", "LD_PRELOAD": "", "PYTHONPATH": ""}},
+			Want:      outside},
 		{Name: "derived values beat the client's env",
 			Options: webdriver.Options{Env: []string{"TZ=Asia/Tokyo", "SCREEN_RESOLUTION=1x1x8"}, TimeZone: "Europe/Paris", ScreenResolution: "1280x1024x24", EnableVNC: true},
 			Want:    map[string]string{"TZ": "Europe/Paris", "SCREEN_RESOLUTION": "1280x1024x24", "ENABLE_VNC": "true"}},
@@ -80,9 +86,9 @@ func DriverStatus(t testing.TB, inst launcher.Instance) (pid int, env map[string
 // RunEnvCases starts one driver per case with start (which sets the case's
 // browsers.json env and clientEnv and the client's options), checks the
 // environment it reports, and stops it.
-func RunEnvCases(t *testing.T, start func(c EnvCase) (launcher.Instance, error)) {
+func RunEnvCases(t *testing.T, inContainer bool, start func(c EnvCase) (launcher.Instance, error)) {
 	t.Helper()
-	for _, c := range EnvCases() {
+	for _, c := range EnvCases(inContainer) {
 		inst, err := start(c)
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)

@@ -95,7 +95,7 @@ func closeAtEnd(tb testing.TB, l *Launcher) *Launcher {
 // The shared start-policy table, on real driver processes.
 func TestEnvPrecedence(t *testing.T) {
 	l := newLauncher(t, Options{})
-	launchertest.RunEnvCases(t, func(c launchertest.EnvCase) (launcher.Instance, error) {
+	launchertest.RunEnvCases(t, false, func(c launchertest.EnvCase) (launcher.Instance, error) {
 		r := req()
 		r.Browser.Env, r.Browser.ClientEnv, r.Options = c.Operator, c.ClientEnv, c.Options
 		return l.Start(context.Background(), r)
