@@ -64,6 +64,7 @@ type creation struct {
 
 	w3c      bool                  // the client speaks W3C (else JSONWire)
 	cands    []webdriver.Candidate // until resolve has chosen one
+	asked    string                // the chosen candidate's version, as asked
 	opts     webdriver.Options     // the chosen candidate's vendor options
 	caps     map[string]any        // the chosen candidate's, merged once
 	browser  config.Resolved
@@ -182,7 +183,7 @@ func (h *Hub) resolve(c *creation) error {
 		}
 		b, err := browsers.Find(cand.Browser, cand.Version)
 		if err == nil {
-			c.opts, c.caps, c.browser = cand.Options, cand.Caps(), b
+			c.opts, c.caps, c.browser, c.asked = cand.Options, cand.Caps(), b, cand.Version
 			firstErr = nil
 			break
 		}
@@ -319,7 +320,7 @@ func (h *Hub) register(c *creation) error {
 		return errShutDown
 	}
 	s := &session.Session{
-		ID: c.driver.ID, Browser: c.browser.Name, Version: c.browser.Version, Name: c.opts.Name, Owner: c.owner,
+		ID: c.driver.ID, Browser: c.browser.Name, Version: c.browser.Version, AskedVersion: c.asked, Name: c.opts.Name, Owner: c.owner,
 		Caps: c.caps, Screen: c.opts.ScreenResolution, VNC: c.opts.EnableVNC && c.inst.Endpoints().VNC != nil,
 		Started: time.Now(), Instance: c.inst, Idle: h.idleFor(c.opts),
 	}

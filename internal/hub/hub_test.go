@@ -53,6 +53,16 @@ type stubLauncher struct {
 	sides func(*launcher.Endpoints)
 	// stopping, if set, is where Stop waits: a teardown that takes its time.
 	stopping chan struct{}
+	// container, if set, makes instances say they run in a container with
+	// this id and address (launcher.Container), as the Docker launcher's do.
+	container *[2]string
+}
+
+// containerStub is a stub instance that says it runs in a container.
+type containerStub struct{ *stubInstance }
+
+func (c containerStub) ContainerInfo() (string, string) {
+	return c.l.container[0], c.l.container[1]
 }
 
 type stubInstance struct {
@@ -112,6 +122,9 @@ func (l *stubLauncher) Start(ctx context.Context, r launcher.Request) (launcher.
 	}
 	l.live[inst] = true
 	l.mu.Unlock()
+	if l.container != nil {
+		return containerStub{inst}, nil
+	}
 	return inst, nil
 }
 
@@ -433,8 +446,10 @@ func TestCrashedBrowserGivesInvalidSessionID(t *testing.T) {
 }
 
 func TestStatusEndpoints(t *testing.T) {
-	f := newFixture(t, queue.Options{Limit: 2, Timeout: time.Minute}, Options{Version: "v-test"}, &stubLauncher{})
-	_, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"name":"my test","screenResolution":"1280x1024x24","enableVNC":true}}}}`)
+	full := "3f2a9c0e5b7d4f1a8c6e2b9d0f3a5c7e1b4d6f8a0c2e4b6d8f0a1c3e5b7d9f1a"
+	f := newFixture(t, queue.Options{Limit: 2, Timeout: time.Minute}, Options{Version: "v-test"}, &stubLauncher{container: &[2]string{full, "172.30.0.2"}})
+	_, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"name":"my test","screenResolution":"1280x1024x24","enableVNC":true,`+
+		`"env":["LANG=C"],"labels":{"team":"a"},"timeZone":"UTC","sessionTimeout":"5m","enableLog":true,"logName":"t.log"}}}}`)
 	id := body["value"].(map[string]any)["sessionId"].(string)
 
 	_, st := f.do("GET", "/status", "")
@@ -445,10 +460,25 @@ func TestStatusEndpoints(t *testing.T) {
 	if _, ok := chrome["127.0"]; !ok {
 		t.Fatal("configured version missing from /status")
 	}
-	q := chrome["128.0"].(map[string]any)["unknown"].(map[string]any)
+	// No version asked: filed under "", as Selenoid files it.
+	q := chrome[""].(map[string]any)["unknown"].(map[string]any)
 	sess := q["sessions"].([]any)[0].(map[string]any)
 	if q["count"] != 1.0 || sess["id"] != id || sess["name"] != "my test" {
 		t.Fatalf("sessions %v", q)
+	}
+	if n := chrome["128.0"].(map[string]any); len(n) != 0 {
+		t.Fatalf("a session that asked no version filed under the default too: %v", n)
+	}
+	// Selenoid's container entry: the full id, and containerInfo.
+	ci, _ := sess["containerInfo"].(map[string]any)
+	if sess["container"] != full || ci["id"] != full || ci["ip"] != "172.30.0.2" {
+		t.Fatalf("container %v, containerInfo %v; want the full id and the address", sess["container"], ci)
+	}
+	// The client's selenoid:options, at the top of caps as Selenoid merges them.
+	c := sess["caps"].(map[string]any)
+	if env, _ := c["env"].([]any); len(env) != 1 || env[0] != "LANG=C" || c["timeZone"] != "UTC" || c["sessionTimeout"] != "5m" ||
+		c["enableLog"] != true || c["logName"] != "t.log" || c["labels"].(map[string]any)["team"] != "a" {
+		t.Fatalf("caps without the client's selenoid:options merged in: %v", c)
 	}
 	// Selenoid's entry, as selenoid-ui reads it; the stub serves no VNC.
 	caps := sess["caps"].(map[string]any)

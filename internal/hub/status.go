@@ -13,13 +13,21 @@ import (
 // selenoidStatus is GET /status in Selenoid's shape, plus the queue's state.
 // statusSession is Selenoid's session entry, which selenoid-ui reads.
 type statusSession struct {
-	ID        string         `json:"id"`
-	Container string         `json:"container"`
-	Name      string         `json:"name,omitempty"`
-	VNC       bool           `json:"vnc"`
-	Screen    string         `json:"screen"`
-	Started   time.Time      `json:"started"`
-	Caps      map[string]any `json:"caps,omitempty"`
+	ID            string           `json:"id"`
+	Container     string           `json:"container"`
+	ContainerInfo *statusContainer `json:"containerInfo,omitempty"`
+	Name          string           `json:"name,omitempty"`
+	VNC           bool             `json:"vnc"`
+	Screen        string           `json:"screen"`
+	Started       time.Time        `json:"started"`
+	Caps          map[string]any   `json:"caps,omitempty"`
+}
+
+// statusContainer is Selenoid's containerInfo: the container's full id and
+// its address on its network.
+type statusContainer struct {
+	ID string `json:"id"`
+	IP string `json:"ip"`
 }
 
 // statusQuota is Selenoid's per-quota entry; the hub has one quota, "unknown".
@@ -75,15 +83,22 @@ func (h *Hub) statusBrowsers(r *http.Request) map[string]map[string]map[string]*
 		}
 	}
 	for _, s := range h.sessions.List() {
-		q := quota(s.Browser, s.Version)
+		// Filed under the version the client asked for, as Selenoid files it
+		// (a session that asked none is under ""); caps.version says which
+		// one runs.
+		q := quota(s.Browser, s.AskedVersion)
 		q.Count++
 		e := statusSession{ID: s.ID, Container: s.Instance.Describe(), Name: s.Name, VNC: s.VNC, Screen: s.Screen, Started: s.Started, Caps: selenoidCaps(s)}
+		if c, ok := s.Instance.(launcher.Container); ok {
+			id, ip := c.ContainerInfo()
+			e.Container, e.ContainerInfo = id, &statusContainer{ID: id, IP: ip}
+		}
 		if !h.sees(r, s) {
 			// Another user's: counted and listed, but its capabilities (env
 			// secrets, proxy credentials, URLs) are theirs, and its container
 			// (a container id, or a local driver's pid and port) says where to
 			// reach their browser.
-			e.Caps, e.Name, e.Container = nil, "", ""
+			e.Caps, e.Name, e.Container, e.ContainerInfo = nil, "", "", nil
 		}
 		q.Sessions = append(q.Sessions, e)
 	}
@@ -148,12 +163,23 @@ func (h *Hub) gateStats() any {
 }
 
 // selenoidCaps is a session's capabilities as Selenoid's /status shows them:
-// the client's, with Selenoid's flat fields (name, version, screenResolution,
-// enableVNC, enableVideo) added where the client did not set them.
+// the client's, its vendor options also at the top level as Selenoid merges
+// them (env, labels, timeZone, sessionTimeout, logName, enableLog,
+// videoScreenSize…), and Selenoid's flat fields (name, version,
+// screenResolution, enableVNC, enableVideo) where the client did not set them.
 func selenoidCaps(s *session.Session) map[string]any {
 	out := make(map[string]any, len(s.Caps)+7)
 	for k, v := range s.Caps {
 		out[k] = v
+	}
+	for _, key := range []string{webdriver.SelenoidOptionsKey, webdriver.OptionsKey} {
+		if o, ok := s.Caps[key].(map[string]any); ok {
+			for k, v := range o {
+				if _, set := out[k]; !set {
+					out[k] = v
+				}
+			}
+		}
 	}
 	for k, v := range map[string]any{"browserName": s.Browser, "version": s.Version, "name": s.Name,
 		"screenResolution": s.Screen, "enableVNC": s.VNC, "enableVideo": s.Video != "", "videoName": s.Video} {

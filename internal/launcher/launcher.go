@@ -54,6 +54,14 @@ type Endpoints struct {
 	Log LogSource
 }
 
+// Container is what an Instance that runs in a container says of it, for
+// /status's containerInfo (Selenoid's shape).
+type Container interface {
+	// ContainerInfo is the container's full id and its address on its network
+	// ("" if it has none).
+	ContainerInfo() (id, ip string)
+}
+
 // LogSource is a session's live output.
 type LogSource interface {
 	// Follow writes the output from now on to w until ctx ends or the output
@@ -272,7 +280,8 @@ func (o Options) Validate() error {
 
 // Env is a session's environment, in one order for every launcher, later
 // entries winning: the client's "env", then what the hub derives from the
-// client's options (TZ, SCREEN_RESOLUTION, ENABLE_VNC), then the operator's
+// client's options (TZ, SCREEN_RESOLUTION, ENABLE_VNC; ENABLE_VIDEO for a
+// container), then the operator's
 // browsers.json "env". The operator has the last word over what runs on the
 // host. Each name appears once, at the place of its first mention.
 func Env(r Request) []string {
@@ -285,6 +294,11 @@ func Env(r Request) []string {
 	}
 	if r.Options.EnableVNC {
 		derived = append(derived, "ENABLE_VNC=true")
+	}
+	if r.Browser.Browser != nil && !r.Browser.Image.IsCommand() {
+		// Selenoid's image contract: a container always says whether it is
+		// recorded (its entrypoint may start a recorder of its own).
+		derived = append(derived, fmt.Sprintf("ENABLE_VIDEO=%v", r.Options.EnableVideo))
 	}
 	var out []string
 	at := map[string]int{}

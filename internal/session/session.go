@@ -53,7 +53,11 @@ type Session struct {
 	ID      string
 	Browser string
 	Version string
-	Name    string
+	// AskedVersion is the version the client asked for ("" for none, which
+	// resolved to browsers.json's default): /status files the session under
+	// it, as Selenoid does.
+	AskedVersion string
+	Name         string
 	// Owner is the authenticated user who created it ("" without authentication).
 	Owner string
 	Caps  map[string]any

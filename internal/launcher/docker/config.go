@@ -32,6 +32,9 @@ func (l *Launcher) containerConfig(r launcher.Request, session string, side []na
 			labels[k] = v
 		}
 	}
+	if o.Name != "" {
+		labels["name"] = o.Name // Selenoid's label: tools that list a grid's containers read it
+	}
 	maps.Copy(labels, b.Labels)
 	labels[LabelInstance] = l.opts.Instance
 	labels[LabelSession] = session

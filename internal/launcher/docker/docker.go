@@ -334,6 +334,7 @@ func (l *Launcher) run(ctx context.Context, inst *instance, r launcher.Request, 
 	if err != nil {
 		return e, l.startErr(ctx, r.Browser, launcher.PhaseStart, "inspecting the container", err)
 	}
+	inst.ip = containerIP(info, inst.network)
 	e, err = endpointsOf(l.opts.Address, info, inst.name, portOf(r.Browser.Browser), r.Browser.Path, side)
 	if err != nil {
 		return e, l.startErr(ctx, r.Browser, launcher.PhaseStart, "finding the driver's address", err)

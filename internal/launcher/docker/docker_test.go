@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -176,6 +177,11 @@ func TestStartServeStop(t *testing.T) {
 	}
 	if info.Config.Labels[LabelInstance] != l.opts.Instance || !strings.HasPrefix(info.Config.Labels[LabelSession], "7-") || info.Config.Labels[LabelBrowser] != "stub 1" {
 		t.Errorf("labels %v", info.Config.Labels)
+	}
+	// /status's containerInfo: the full id and the address on its network.
+	cid, ip := inst.(launcher.Container).ContainerInfo()
+	if cid != id || ip == "" || ip != containerIP(info, inst.(*instance).network) {
+		t.Errorf("ContainerInfo %q %q; want %q and its address", cid, ip, id)
 	}
 	inst.Stop(context.Background())
 	if _, err := engine.ContainerInspect(context.Background(), id); !cerrdefs.IsNotFound(err) {
@@ -364,13 +370,17 @@ func TestContainerConfigAllowList(t *testing.T) {
 	l := &Launcher{opts: Options{Options: launcher.Options{Instance: "hub1"}, Network: "grid", Mem: "1g", CPU: "0.5", Address: Published}}
 	r := launcher.Request{ID: "3", Browser: config.Resolved{Name: "chrome", Version: "128.0", Browser: &config.Browser{
 		Image: config.Image{Name: "img"}, Volumes: []string{"/a:/b:ro"}, Env: []string{"LANG=C"}, Mem: "2g", ShmSize: 1 << 28}},
-		Options: webdriver.Options{Env: []string{"FOO=1"}, Labels: map[string]string{"team": "qa", LabelInstance: "evil"}}}
+		Options: webdriver.Options{Name: "checkout", Env: []string{"FOO=1"}, Labels: map[string]string{"team": "qa", LabelInstance: "evil"}}}
 	cfg, host, err := l.containerConfig(r, "3-abc", []nat.Port{"7070/tcp"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Labels[LabelInstance] != "hub1" || cfg.Labels["team"] != "qa" || cfg.Labels[LabelSession] != "3-abc" || cfg.Labels[LabelBrowser] != "chrome 128.0" {
-		t.Errorf("labels %v", cfg.Labels)
+	if cfg.Labels[LabelInstance] != "hub1" || cfg.Labels["team"] != "qa" || cfg.Labels[LabelSession] != "3-abc" || cfg.Labels[LabelBrowser] != "chrome 128.0" ||
+		cfg.Labels["name"] != "checkout" {
+		t.Errorf("labels %v (want Selenoid's name label too)", cfg.Labels)
+	}
+	if !slices.Contains(cfg.Env, "ENABLE_VIDEO=false") || !slices.Contains(cfg.Env, "FOO=1") {
+		t.Errorf("env %v: want the client's and Selenoid's ENABLE_VIDEO", cfg.Env)
 	}
 	if host.Privileged || len(host.Binds) != 1 || host.NetworkMode != "grid" || host.Memory != 2<<30 || host.NanoCPUs != 5e8 || host.ShmSize != 1<<28 {
 		t.Errorf("host config %+v", host)

@@ -38,6 +38,7 @@ type instance struct {
 	// published are the container's ports on the host's loopback, refused
 	// to sandboxed browsers (Options.Published) until it is removed.
 	published []uint16
+	ip        string // its address on its network, once inspected
 }
 
 func (i *instance) exit(reason string) {
@@ -52,6 +53,9 @@ func (i *instance) exit(reason string) {
 func (i *instance) Endpoints() launcher.Endpoints { return i.endpoints }
 func (i *instance) Exited() <-chan struct{}       { return i.exited }
 func (i *instance) Describe() string              { return shortID(i.id) }
+
+// ContainerInfo is the container's full id and address (launcher.Container).
+func (i *instance) ContainerInfo() (string, string) { return i.id, i.ip }
 
 // SessionCreated keeps the session id, the name of a kept log; the container is
 // labelled at creation and its side services are the image's contract ports.

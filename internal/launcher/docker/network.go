@@ -3,8 +3,10 @@ package docker
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 
 	"github.com/docker/docker/api/types/container"
@@ -74,6 +76,24 @@ func loopbackPorts(e launcher.Endpoints) []uint16 {
 		}
 	}
 	return out
+}
+
+// containerIP is the container's address on network (its own), or on the
+// first network it has an address on; "" if none.
+func containerIP(info container.InspectResponse, network string) string {
+	if info.NetworkSettings == nil {
+		return ""
+	}
+	if n, ok := info.NetworkSettings.Networks[network]; ok && n != nil && n.IPAddress != "" {
+		return n.IPAddress
+	}
+	names := slices.Sorted(maps.Keys(info.NetworkSettings.Networks))
+	for _, name := range names {
+		if n := info.NetworkSettings.Networks[name]; n != nil && n.IPAddress != "" {
+			return n.IPAddress
+		}
+	}
+	return ""
 }
 
 // hostPort is where the hub reaches one container port: its port published on
