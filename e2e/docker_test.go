@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -242,7 +243,11 @@ type waitingClient struct {
 
 func startWaitingClient(t *testing.T, script string, args ...string) *waitingClient {
 	t.Helper()
-	c := &waitingClient{cmd: exec.Command(python, append([]string{script}, args...)...)}
+	// Killed at clientTimeout, which ends its output and so any read of it: a
+	// client that hangs fails the test; and at the test's end, whatever happened.
+	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
+	t.Cleanup(cancel)
+	c := &waitingClient{cmd: exec.CommandContext(ctx, python, append([]string{script}, args...)...)}
 	c.stdin, _ = c.cmd.StdinPipe()
 	stdout, _ := c.cmd.StdoutPipe()
 	c.cmd.Stderr = os.Stderr

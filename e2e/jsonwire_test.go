@@ -12,14 +12,14 @@ import (
 
 // A legacy JSONWire new-session request (desiredCapabilities only, no
 // "capabilities") through the hub into a real chromedriver and Chromium, as
-// docs/selenoid.md's endpoint table, docs/hub.md and docs/browsers.md promise:
-// it works under /wd/hub and under /; it is answered in the JSONWire shape
-// (top-level sessionId, status 0, the capabilities as value, no Location);
-// the hub reads its options at the top level of desiredCapabilities (name,
-// shown in /status); the driver gets a W3C request (its session is a W3C
-// one: a missing element is a 404 "no such element", not JSONWire's 200 with
-// status 7); a command works; DELETE ends it and frees the slot, and no
-// process of the session is left.
+// docs/selenoid.md's endpoint table and docs/hub.md promise: it works under
+// /wd/hub and under /; it is answered in the JSONWire shape (top-level
+// sessionId, status 0, the capabilities as value, no Location); the hub reads
+// its options at the top level of desiredCapabilities (name, shown in
+// /status); the session is a JSONWire one at the driver, as behind Selenoid
+// (execute, window_handle, an element's location, ELEMENT references, status
+// codes: a missing element is status 7); DELETE ends it and frees the slot,
+// and no process of the session is left.
 func TestJSONWireNewSessionRealChromedriver(t *testing.T) {
 	requireRealParts(t)
 	h := startHub(t, "-limit", "1")
@@ -109,10 +109,29 @@ func TestJSONWireNewSessionRealChromedriver(t *testing.T) {
 			if resp, v := do(t, "GET", base+"/title", ""); resp.StatusCode != 200 || v["value"] != "WebSummoner e2e" {
 				t.Fatalf("title: %d %v", resp.StatusCode, v)
 			}
-			// A W3C session: the driver was sent W3C capabilities.
-			resp, v = do(t, "POST", base+"/element", `{"using":"css selector","value":"#no-such-element"}`)
-			if e, _ := v["value"].(map[string]any); resp.StatusCode != 404 || e["error"] != "no such element" {
-				t.Errorf("a missing element: %d %v, want a W3C 404 no such element (the driver's session is not a W3C one?)", resp.StatusCode, v)
+			// A JSONWire session at the driver: its commands and answers.
+			resp, v = do(t, "POST", base+"/element", `{"using":"css selector","value":"#greeting"}`)
+			ref, _ := v["value"].(map[string]any)
+			el, _ := ref["ELEMENT"].(string)
+			if resp.StatusCode != 200 || v["status"] != 0.0 || el == "" {
+				t.Fatalf("find element: %d %v, want status 0 and an ELEMENT reference", resp.StatusCode, v)
+			}
+			if resp, v := do(t, "GET", base+"/element/"+el+"/text", ""); resp.StatusCode != 200 || v["value"] != "Hello from 127.0.0.1" {
+				t.Errorf("the element's text: %d %v", resp.StatusCode, v)
+			}
+			if resp, v := do(t, "GET", base+"/element/"+el+"/location", ""); resp.StatusCode != 200 || v["status"] != 0.0 {
+				t.Errorf("the element's location (JSONWire only): %d %v", resp.StatusCode, v)
+			} else if loc, _ := v["value"].(map[string]any); loc["x"] == nil || loc["y"] == nil {
+				t.Errorf("the element's location: %v, want x and y", v)
+			}
+			if resp, v := do(t, "POST", base+"/execute", `{"script":"return 6*7","args":[]}`); resp.StatusCode != 200 || v["value"] != 42.0 {
+				t.Errorf("execute (JSONWire's, not W3C's execute/sync): %d %v", resp.StatusCode, v)
+			}
+			if resp, v := do(t, "GET", base+"/window_handle", ""); resp.StatusCode != 200 || v["value"] == "" || v["value"] == nil {
+				t.Errorf("window_handle (JSONWire's, not W3C's window): %d %v", resp.StatusCode, v)
+			}
+			if _, v := do(t, "POST", base+"/element", `{"using":"css selector","value":"#no-such-element"}`); v["status"] != 7.0 {
+				t.Errorf("a missing element: %v, want JSONWire's status 7 (NoSuchElement)", v)
 			}
 
 			if resp, v := do(t, "DELETE", base, ""); resp.StatusCode != 200 {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -74,7 +75,9 @@ func value(t *testing.T, url string) any {
 // runUpload runs testdata/upload.py against a hub and returns what the page read.
 func runUpload(t *testing.T, hubURL, page, content string) string {
 	t.Helper()
-	out, err := exec.Command(python, "testdata/upload.py", hubURL+"/wd/hub", page, content).CombinedOutput()
+	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout) // a hang fails
+	defer cancel()
+	out, err := exec.CommandContext(ctx, python, "testdata/upload.py", hubURL+"/wd/hub", page, content).CombinedOutput()
 	if err != nil {
 		t.Fatalf("upload client: %v\n%s", err, out)
 	}
