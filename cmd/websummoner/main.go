@@ -81,6 +81,8 @@ type flagConfig struct {
 
 	// ignored are the Selenoid flags accepted and ignored that the command line set.
 	ignored []selenoidFlag
+	// logConf is -log-conf: browser containers' log driver, a JSON file.
+	logConf string
 }
 
 // selenoidFlag is a Selenoid flag accepted so that its command lines work
@@ -94,7 +96,6 @@ type selenoidFlag struct {
 var ignoredSelenoidFlags = []selenoidFlag{
 	{name: "enable-file-upload", bool: true, why: "file upload always works (/se/file is rewritten to /file, bounded by -max-upload-size)"},
 	{name: "disable-privileged", bool: true, why: "containers are unprivileged by default already"},
-	{name: "log-conf", why: "container log drivers are not configurable yet"},
 	{name: "cgroup-parent", why: "not supported"},
 	{name: "max-timeout-per-quota", why: "quotas are not supported"},
 }
@@ -184,6 +185,7 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 			fs.String(s.name, "", usage)
 		}
 	}
+	fs.StringVar(&c.logConf, "log-conf", "", "Browser containers' log driver and its options, a JSON file as Selenoid's: {\"Type\": \"json-file\", \"Config\": {\"max-size\": \"10m\"}}; \"tag\" defaults to the session's name (empty: the engine's default driver)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -196,6 +198,9 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 		if set[s.name] {
 			c.ignored = append(c.ignored, s)
 		}
+	}
+	if c.logConf != "" && c.disableDocker {
+		c.ignored = append(c.ignored, selenoidFlag{name: "log-conf", why: "it sets browser containers' log driver, and this hub runs none (-disable-docker)"})
 	}
 	if c.queue.Limit == 0 {
 		// The queue reads a zero limit as its default; on the command line it
@@ -337,6 +342,11 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 			}
 		}
 		c.hub.VideoDir = c.docker.VideoDir
+		if c.logConf != "" {
+			if c.docker.LogConfig, err = docker.LoadLogConfig(c.logConf); err != nil {
+				return nil, err
+			}
+		}
 		if p.containers, err = docker.New(c.docker, engine, p.log, reg); err != nil {
 			return nil, err
 		}

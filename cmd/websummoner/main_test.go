@@ -169,7 +169,7 @@ func TestRunReloadAndShutdown(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"[FLAG_IGNORED] [-enable-file-upload] [file upload always works", "[FLAG_IGNORED] [-log-conf] [container log drivers"} {
+	for _, want := range []string{"[FLAG_IGNORED] [-enable-file-upload] [file upload always works", "[FLAG_IGNORED] [-log-conf] [it sets browser containers' log driver"} {
 		if line := await("[FLAG_IGNORED]"); !strings.Contains(line, want) {
 			t.Errorf("ignored-flag warning %q, want %q", line, want)
 		}

@@ -19,7 +19,7 @@ import (
 //	GET    /logs/{file}    one file
 //	DELETE /logs/{file}    remove it
 //	GET    /logs/{id}      a live session's output while it runs: a WebSocket of
-//	                       text messages (selenoid-ui), or a streamed text/plain body
+//	                       binary messages (selenoid-ui), or a streamed text/plain body; from its start
 
 // logs serves /logs/ and /logs/{name}.
 func (h *Hub) logs(w http.ResponseWriter, r *http.Request) {
@@ -69,7 +69,8 @@ func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {
 	}()
 	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		websocket.Server{Handshake: func(*websocket.Config, *http.Request) error { return nil }, Handler: func(c *websocket.Conn) {
-			c.PayloadType = websocket.TextFrame
+			// Binary frames, as Selenoid sends them; selenoid-ui reads either.
+			c.PayloadType = websocket.BinaryFrame
 			go func() { // a closed socket ends the follow
 				_, _ = io.Copy(io.Discard, c)
 				cancel()

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -41,18 +42,34 @@ func TestSessionLogs(t *testing.T) {
 	}
 	_, body := f.do("POST", "/session", w3cChrome)
 	id := body["value"].(map[string]any)["sessionId"].(string)
+	out.Write([]byte("driver started\n")) // before anyone follows
 	ws, err := websocket.Dial(strings.Replace(f.srv.URL, "http", "ws", 1)+"/logs/"+id, "", "http://localhost/")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ws.Close()
-	time.Sleep(50 * time.Millisecond) // the follower is in place
-	out.Write([]byte("driver says hello\n"))
-	ws.SetDeadline(time.Now().Add(5 * time.Second))
-	var msg string
-	if err := websocket.Message.Receive(ws, &msg); err != nil || msg != "driver says hello\n" {
-		t.Fatalf("live log: %q %v", msg, err)
+	ws.SetDeadline(time.Now().Add(time.Minute))
+	// From the start, as Selenoid serves a container's output, in binary
+	// frames as Selenoid sends them.
+	var got strings.Builder
+	for i := 0; !strings.Contains(got.String(), "driver says hello\n"); i++ {
+		if i == 1 {
+			out.Write([]byte("driver says hello\n"))
+		}
+		fr, err := ws.NewFrameReader()
+		if err != nil {
+			t.Fatalf("live log after %q: %v", got.String(), err)
+		}
+		if fr.PayloadType() != websocket.BinaryFrame {
+			t.Fatalf("live log frame type %d, want binary (%d)", fr.PayloadType(), websocket.BinaryFrame)
+		}
+		b, _ := io.ReadAll(fr)
+		got.Write(b)
+		if i == 0 && got.String() != "driver started\n" {
+			t.Fatalf("a follower's first frame %q, want the output written before it came", got.String())
+		}
 	}
+	var msg string
 	f.do("DELETE", "/session/"+id, "")
 	if err := websocket.Message.Receive(ws, &msg); err == nil {
 		t.Fatal("the log socket outlived its session")

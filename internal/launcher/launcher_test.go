@@ -13,14 +13,15 @@ import (
 // One precedence for every launcher: client env < derived < operator env, each
 // name once.
 func TestEnv(t *testing.T) {
-	r := Request{Browser: config.Resolved{Browser: &config.Browser{Env: []string{"LANG=C", "TZ=UTC"}, ClientEnv: []string{"FOO"}}},
+	r := Request{Browser: config.Resolved{Browser: &config.Browser{Image: config.Image{Name: "selenoid/chrome"}, Env: []string{"LANG=C", "TZ=UTC"}}},
 		Options: webdriver.Options{Env: []string{"TZ=Asia/Tokyo", "FOO=1", "LANG=de", "SCREEN_RESOLUTION=1x1x1"},
 			TimeZone: "Europe/Paris", ScreenResolution: "1280x1024x24", EnableVNC: true}}
 	got := strings.Join(Env(r), " ")
-	if want := "TZ=UTC FOO=1 LANG=C SCREEN_RESOLUTION=1280x1024x24 ENABLE_VNC=true"; got != want {
+	// A container always says whether it records, as Selenoid's do.
+	if want := "TZ=UTC FOO=1 LANG=C SCREEN_RESOLUTION=1280x1024x24 ENABLE_VNC=true ENABLE_VIDEO=false"; got != want {
 		t.Fatalf("env %q, want %q", got, want)
 	}
-	if env := Env(Request{Browser: config.Resolved{Browser: &config.Browser{}}}); len(env) != 0 {
+	if env := Env(Request{Browser: config.Resolved{Browser: &config.Browser{Image: config.Image{Command: []string{"chromedriver"}}}}}); len(env) != 0 {
 		t.Fatalf("nothing asked: %v", env)
 	}
 }

@@ -1,8 +1,10 @@
 package docker
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,6 +75,7 @@ func (l *Launcher) containerConfig(r launcher.Request, session string, side []na
 		Privileged:      l.opts.Privileged,
 		PublishAllPorts: b.PublishAllPorts,
 		Resources:       container.Resources{Memory: mem, NanoCPUs: cpu},
+		LogConfig:       logConfig(l.opts.LogConfig, o.Name, o.Labels),
 	}
 	if l.opts.Address == Published {
 		host.PortBindings = nat.PortMap{}
@@ -146,4 +149,42 @@ func parseCPU(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a CPU count such as 0.5 or 2.0", s)
 	}
 	return int64(n * 1e9), nil
+}
+
+// LoadLogConfig reads -log-conf: a container log driver and its options, as
+// JSON ({"Type": "json-file", "Config": {"max-size": "10m"}}), as Selenoid's
+// file holds them.
+func LoadLogConfig(path string) (*container.LogConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("-log-conf: %v", err)
+	}
+	var lc container.LogConfig
+	if err := json.Unmarshal(data, &lc); err != nil {
+		return nil, fmt.Errorf("-log-conf %s: not a log configuration (%v); write {\"Type\": \"json-file\", \"Config\": {\"max-size\": \"10m\"}}", path, err)
+	}
+	if lc.Type == "" && len(lc.Config) > 0 {
+		return nil, fmt.Errorf("-log-conf %s: \"Config\" without \"Type\"; name the log driver, such as \"json-file\"", path)
+	}
+	return &lc, nil
+}
+
+// logConfig is a container's log configuration: -log-conf's, with Selenoid's
+// defaults for its "tag" (the session's name) and "labels" (the keys of its
+// labels, which is what the option means to Docker's drivers).
+func logConfig(base *container.LogConfig, name string, labels map[string]string) container.LogConfig {
+	if base == nil {
+		return container.LogConfig{}
+	}
+	lc := container.LogConfig{Type: base.Type, Config: maps.Clone(base.Config)}
+	if lc.Config == nil {
+		return lc
+	}
+	if _, ok := lc.Config["tag"]; !ok && name != "" {
+		lc.Config["tag"] = name
+	}
+	if _, ok := lc.Config["labels"]; !ok && len(labels) > 0 {
+		lc.Config["labels"] = strings.Join(slices.Sorted(maps.Keys(labels)), ",")
+	}
+	return lc
 }

@@ -84,6 +84,12 @@ type Options struct {
 	// asking for video are refused.
 	VideoDir   string
 	VideoImage string
+	// LogConfig is -log-conf: every browser container's log driver and its
+	// options, as Selenoid applies them ("tag" defaults to the session's
+	// name, "labels" to its labels). Nil: the engine's default driver. Live
+	// and kept logs read the container's output through the engine, so they
+	// need a driver the engine can read back (json-file, local, journald).
+	LogConfig *container.LogConfig
 	// OnHealth, if set, is told each change of the engine's health (the start
 	// gate's second signal).
 	OnHealth func(up bool)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -421,12 +422,27 @@ func TestStopReportsFailure(t *testing.T) {
 // when the session asked (enableLog).
 func TestContainerLogs(t *testing.T) {
 	dir := t.TempDir()
-	l, _ := newLauncher(t, Options{Options: launcher.Options{LogDir: dir}}, nil)
+	// -log-conf as Selenoid's: the driver and its options, the tag defaulting
+	// to the session's name.
+	conf := filepath.Join(t.TempDir(), "container-logs.json")
+	os.WriteFile(conf, []byte(`{"Type": "json-file", "Config": {"max-size": "1m"}}`), 0o644)
+	lc, err := LoadLogConfig(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := newLauncher(t, Options{Options: launcher.Options{LogDir: dir}, LogConfig: lc}, nil)
 	r := stubRequest("WDSTUB_LOG_REQUESTS=true")
-	r.Options = webdriver.Options{EnableLog: true, LogName: "kept.log"}
+	r.Options = webdriver.Options{Name: "checkout", EnableLog: true, LogName: "kept.log", Labels: map[string]string{"team": "a"}}
 	inst, err := l.Start(context.Background(), r)
 	if err != nil {
 		t.Fatal(err)
+	}
+	info, err := engine.ContainerInspect(context.Background(), inst.(*instance).id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.HostConfig.LogConfig; got.Type != "json-file" || got.Config["max-size"] != "1m" || got.Config["tag"] != "checkout" || got.Config["labels"] != "team" {
+		t.Fatalf("the container's log configuration %+v; want -log-conf's, tagged with the session's name", got)
 	}
 	inst.SessionCreated("s-1", nil)
 	pr, pw := io.Pipe()
@@ -443,8 +459,15 @@ func TestContainerLogs(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
-	if !lines.Scan() || !strings.Contains(lines.Text(), "wdstub: GET /status") {
-		t.Fatalf("followed %q", lines.Text())
+	// From the container's start, as Selenoid streams it: the start-up line
+	// first, though it was written before the follow began.
+	if !lines.Scan() || !strings.Contains(lines.Text(), "wdstub: listening on") {
+		t.Fatalf("followed %q first, want the driver's start-up line", lines.Text())
+	}
+	for lines.Scan() && !strings.Contains(lines.Text(), "wdstub: GET /status") {
+	}
+	if !strings.Contains(lines.Text(), "wdstub: GET /status") {
+		t.Fatalf("the live output never showed a request: last %q, %v", lines.Text(), lines.Err())
 	}
 	cancel()
 	if err := inst.Stop(context.Background()); err != nil {
@@ -453,6 +476,39 @@ func TestContainerLogs(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(dir, "kept.log"))
 	if err != nil || !strings.Contains(string(data), "wdstub: listening on") {
 		t.Fatalf("kept log %q: %v", data, err)
+	}
+	// Each kept line begins with its timestamp, as Selenoid keeps them.
+	stamped := regexp.MustCompile(`^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z `)
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if !stamped.MatchString(line) {
+			t.Fatalf("kept log line without a timestamp: %q", line)
+		}
+	}
+}
+
+// -log-conf is read as Selenoid's file; a file that is not one fails, naming
+// the flag.
+func TestLoadLogConfig(t *testing.T) {
+	dir := t.TempDir()
+	for body, want := range map[string]string{
+		`{"Type": "syslog", "Config": {"tag": "grid"}}`: "",
+		`{"Type": "json-file"}`:                         "",
+		`not json`:                                      "-log-conf",
+		`{"Config": {"max-size": "1m"}}`:                "without \"Type\"",
+	} {
+		f := filepath.Join(dir, "c.json")
+		os.WriteFile(f, []byte(body), 0o644)
+		lc, err := LoadLogConfig(f)
+		if want == "" && (err != nil || lc.Type == "") || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("%s: %+v %v, want error %q", body, lc, err, want)
+		}
+	}
+	if _, err := LoadLogConfig(filepath.Join(dir, "missing.json")); err == nil || !strings.Contains(err.Error(), "-log-conf") {
+		t.Errorf("a missing file: %v", err)
+	}
+	// The operator's tag wins over the session's name.
+	if lc := logConfig(&container.LogConfig{Type: "syslog", Config: map[string]string{"tag": "grid"}}, "checkout", nil); lc.Config["tag"] != "grid" {
+		t.Errorf("tag %q, want the operator's", lc.Config["tag"])
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"sync"
-	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -65,10 +64,11 @@ func (i *instance) SessionCreated(id string, _ json.RawMessage) {
 	i.mu.Unlock()
 }
 
-// Follow streams the container's output from now on (stdout and stderr).
+// Follow streams the container's output (stdout and stderr) from its start,
+// as Selenoid does: a viewer that comes late still sees the driver's
+// start-up lines.
 func (i *instance) Follow(ctx context.Context, w io.Writer) error {
-	rc, err := i.l.engine.ContainerLogs(ctx, i.id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: true,
-		Since: sinceNow()})
+	rc, err := i.l.engine.ContainerLogs(ctx, i.id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Follow: true})
 	if err != nil {
 		return err
 	}
@@ -77,15 +77,9 @@ func (i *instance) Follow(ctx context.Context, w io.Writer) error {
 	return err
 }
 
-// sinceNow is the engine's "since" for now, to the nanosecond: a second's
-// precision would repeat what was written in it.
-func sinceNow() string {
-	now := time.Now()
-	return fmt.Sprintf("%d.%09d", now.Unix(), now.Nanosecond())
-}
-
 // keepLog writes the container's whole output to -log-output-dir, when the
-// session asked for it (or -save-all-logs), before the container goes.
+// session asked for it (or -save-all-logs), before the container goes; each
+// line begins with the engine's timestamp, as Selenoid keeps them.
 func (i *instance) keepLog(ctx context.Context) error {
 	i.mu.Lock()
 	id := i.sessionID
@@ -93,7 +87,7 @@ func (i *instance) keepLog(ctx context.Context) error {
 	if !i.l.opts.KeepLog(i.opts) || id == "" {
 		return nil
 	}
-	rc, err := i.l.engine.ContainerLogs(ctx, i.id, container.LogsOptions{ShowStdout: true, ShowStderr: true})
+	rc, err := i.l.engine.ContainerLogs(ctx, i.id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Timestamps: true})
 	if err != nil {
 		return fmt.Errorf("reading the container's log: %w", err)
 	}
