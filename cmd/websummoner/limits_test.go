@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -271,7 +270,7 @@ func TestGOMAXPROCS(t *testing.T) {
 		{nil, "GOMAXPROCS=2", 2},
 		{nil, "", runtime.GOMAXPROCS(0)},
 	} {
-		args := append([]string{"-disable-docker", "-conf", conf, "-listen", "127.0.0.1:0", "-instance", "gomaxprocs-" + strconv.Itoa(i)}, c.args...)
+		args := append([]string{"-disable-docker", "-conf", conf, "-listen", "127.0.0.1:0", "-instance", fmt.Sprintf("gomaxprocs-%d-%d", os.Getpid(), i)}, c.args...)
 		h := &binaryHub{}
 		var err error
 		if c.env != "" {
