@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -46,15 +47,14 @@ func TestDockerSelenoidSuiteRunsUnchanged(t *testing.T) {
 	defer cancel()
 	py := exec.CommandContext(ctx, "/usr/bin/python3", "-c", switchClient, d.url+"/wd/hub")
 	stdin, _ := py.StdinPipe()
-	var out, errOut bytes.Buffer
-	lines := make(chan string, 1)
-	pr, pw := io.Pipe()
-	py.Stdout, py.Stderr = io.MultiWriter(&out, pw), &errOut
+	var errOut lockedBuffer
+	out := &firstLine{line: make(chan string, 1)}
+	py.Stdout, py.Stderr = out, &errOut
 	if err := py.Start(); err != nil {
 		t.Fatal(err)
 	}
 	exited := make(chan error, 1)
-	go func() { exited <- py.Wait(); pw.Close() }() // a client that fails ends the read below
+	go func() { exited <- py.Wait(); out.close() }() // a client that fails ends the wait below
 	waited := false
 	wait := func() error {
 		if waited {
@@ -64,14 +64,9 @@ func TestDockerSelenoidSuiteRunsUnchanged(t *testing.T) {
 		return <-exited
 	}
 	t.Cleanup(func() { stdin.Close(); wait(); cancel() })
-	go func() {
-		buf := make([]byte, 256)
-		n, _ := pr.Read(buf)
-		lines <- strings.TrimSpace(string(buf[:n]))
-	}()
 	var id string
 	select {
-	case id = <-lines:
+	case id = <-out.line:
 	case <-ctx.Done():
 	}
 	if len(id) < 16 {
@@ -184,5 +179,36 @@ except WebDriverException as e:
 	}
 	if got := string(out); !strings.HasPrefix(got, "InvalidArgumentException") || !strings.Contains(got, "Requested environment is not available") {
 		t.Fatalf("the client saw %q; want InvalidArgumentException with Selenoid's words", got)
+	}
+}
+
+// firstLine is a process's stdout that never blocks it: it keeps what is
+// written and sends the first line, once, on line ("" if the output ends
+// without one).
+type firstLine struct {
+	mu   sync.Mutex
+	buf  []byte
+	sent bool
+	line chan string
+}
+
+func (f *firstLine) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.buf = append(f.buf, p...)
+	if i := bytes.IndexByte(f.buf, '\n'); i >= 0 && !f.sent {
+		f.sent = true
+		f.line <- strings.TrimSpace(string(f.buf[:i]))
+	}
+	return len(p), nil
+}
+
+// close says the output has ended.
+func (f *firstLine) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.sent {
+		f.sent = true
+		f.line <- ""
 	}
 }
