@@ -432,23 +432,41 @@ type wd struct{ c *http.Client }
 const stubCaps = `{"capabilities":{"alwaysMatch":{"browserName":"stub"}}}`
 
 func (w wd) create(ctx context.Context, base, caps string) (string, int, error) {
+	a, err := w.createAnswer(ctx, base, caps)
+	if err != nil || a.Status != http.StatusOK {
+		return "", a.Status, err
+	}
+	return a.SessionID, a.Status, nil
+}
+
+// newSessionAnswer is what a new-session request was answered.
+type newSessionAnswer struct {
+	Status     int
+	SessionID  string
+	RetryAfter string
+	// W3C: the body is a W3C answer, a session or an error with its code and
+	// message.
+	W3C bool
+}
+
+func (w wd) createAnswer(ctx context.Context, base, caps string) (newSessionAnswer, error) {
 	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/session", strings.NewReader(caps))
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := w.c.Do(req)
 	if err != nil {
-		return "", 0, err
+		return newSessionAnswer{}, err
 	}
 	defer resp.Body.Close()
 	var out struct {
 		Value struct {
 			SessionID string `json:"sessionId"`
+			Error     string `json:"error"`
+			Message   string `json:"message"`
 		} `json:"value"`
 	}
-	json.NewDecoder(resp.Body).Decode(&out)
-	if resp.StatusCode != 200 {
-		return "", resp.StatusCode, nil
-	}
-	return out.Value.SessionID, 200, nil
+	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&out)
+	return newSessionAnswer{Status: resp.StatusCode, SessionID: out.Value.SessionID, RetryAfter: resp.Header.Get("Retry-After"),
+		W3C: err == nil && (out.Value.SessionID != "" || out.Value.Error != "" && out.Value.Message != "")}, nil
 }
 
 func (w wd) command(base, id string) (int, error) {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -658,9 +657,9 @@ func (e *Env) Jam(ctx context.Context, queueTimeout, every, d time.Duration) (*R
 			s := time.Now()
 			rctx, cancel := context.WithTimeout(ctx, queueTimeout+saturated+30*time.Second)
 			defer cancel()
-			code, retry, w3c := jamCreate(rctx, w.c, hub.url+"/wd/hub", caps)
+			a, _ := w.createAnswer(rctx, hub.url+"/wd/hub", caps) // no answer: status 0
 			mu.Lock()
-			points = append(points, JamPoint{Arrival: s.Sub(start), Answer: time.Since(s), Status: code, RetryAfter: retry, W3C: w3c})
+			points = append(points, JamPoint{Arrival: s.Sub(start), Answer: time.Since(s), Status: a.Status, RetryAfter: a.RetryAfter, W3C: a.W3C})
 			mu.Unlock()
 		})
 	}
@@ -718,29 +717,6 @@ func (e *Env) Jam(ctx context.Context, queueTimeout, every, d time.Duration) (*R
 	r.correct("429 refusals without Retry-After", float64(noRetry), 0, "")
 	r.correct("refusals without a W3C error body", float64(notW3C), 0, "")
 	return r, points, nil
-}
-
-// jamCreate sends a new-session request and returns its status (0: no
-// answer), its Retry-After, and whether its body is a W3C answer (a session
-// or an error with its code and message).
-func jamCreate(ctx context.Context, c *http.Client, base, caps string) (status int, retryAfter string, w3c bool) {
-	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/session", strings.NewReader(caps))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.Do(req)
-	if err != nil {
-		return 0, "", false
-	}
-	defer resp.Body.Close()
-	var out struct {
-		Value struct {
-			SessionID string `json:"sessionId"`
-			Error     string `json:"error"`
-			Message   string `json:"message"`
-		} `json:"value"`
-	}
-	err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&out)
-	w3c = err == nil && (out.Value.SessionID != "" || out.Value.Error != "" && out.Value.Message != "")
-	return resp.StatusCode, resp.Header.Get("Retry-After"), w3c
 }
 
 // JamPoint is one arrival of the jam scenario.

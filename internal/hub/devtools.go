@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,7 +35,7 @@ import (
 const maxDevToolsJSON = 1 << 20
 
 // maxDevToolsProtocol bounds DevTools' /json/protocol, which is relayed, not
-// read: Chromium's is 1.6 MB.
+// read: it is megabytes, past maxDevToolsJSON.
 const maxDevToolsProtocol = 32 << 20
 
 // devtools serves /devtools/{id}/… .
@@ -174,7 +175,7 @@ func (h *Hub) devtoolsProtocol(w http.ResponseWriter, r *http.Request, s *sessio
 	}
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	if resp.ContentLength >= 0 {
-		w.Header().Set("Content-Length", fmt.Sprint(resp.ContentLength))
+		w.Header().Set("Content-Length", strconv.FormatInt(resp.ContentLength, 10))
 	}
 	_, _ = io.Copy(w, io.LimitReader(resp.Body, maxDevToolsProtocol))
 }
