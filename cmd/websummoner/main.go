@@ -38,6 +38,7 @@ import (
 	"github.com/websummoner/websummoner/internal/launcher/process"
 	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/netns"
+	"github.com/websummoner/websummoner/internal/pool"
 	"github.com/websummoner/websummoner/internal/queue"
 	"github.com/websummoner/websummoner/internal/retention"
 	"github.com/websummoner/websummoner/internal/session"
@@ -163,6 +164,12 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	})
 	fs.IntVar(&c.hub.MaxSideChannelsPerSession, "max-side-channels-per-session", hub.DefaultMaxSideChannelsPerSession, "Most live-log, VNC, DevTools and BiDi connections open at once to one session; one more is refused with 429 (0 = the default)")
 	fs.IntVar(&c.hub.MaxSideChannelsPerClient, "max-side-channels-per-client", hub.DefaultMaxSideChannelsPerClient, "Most live-log, VNC, DevTools and BiDi connections one client (its -htpasswd user, else its IP address) has open at once across sessions; one more is refused with 429 (0 = the default)")
+	fs.Func("warm-pool", "Browsers kept ready before they are asked for, each handed to one client and never reused: \"off\", \"adaptive\" (sized from the arrival rate of matching requests), or a count per browser's default version (docs/pool.md)", func(v string) error {
+		var err error
+		c.hub.WarmPool.Size, c.hub.WarmPool.Adaptive, err = pool.ParseMode(v)
+		return err
+	})
+	fs.DurationVar(&c.hub.WarmPool.MaxAge, "warm-pool-max-age", pool.DefaultMaxAge, "Replace a ready browser of the warm pool no client has taken for this long")
 	fs.DurationVar(&c.sessions.MaxLifetime, "max-session-lifetime", 0, "End any session this long after it started, busy or not (0 = never)")
 
 	fs.DurationVar(&c.launch.StartupTimeout, "service-startup-timeout", launcher.DefaultStartupTimeout, "How long a browser's driver may take to answer after it is started (0 = the default)")

@@ -62,6 +62,11 @@ type Browser struct {
 	// applicationContainers may name; they join the session's own network
 	// while it lives. A container not listed is refused.
 	AllowedApplicationContainers []string `json:"allowedApplicationContainers,omitempty"`
+	// Warm is how many ready browsers of this entry -warm-pool N keeps (a
+	// WebSummoner addition): it overrides N for a default version and puts
+	// another version in the pool. Zero: N for the default version, none
+	// for the others.
+	Warm int `json:"warm,omitempty"`
 }
 
 // Image is either a Docker image name or a local command line.
@@ -165,6 +170,12 @@ func Parse(data []byte, dockerAllowed bool) (Browsers, error) {
 			}
 			if b.ShmSize < 0 {
 				return nil, fmt.Errorf("%s: \"shmSize\" must not be negative", where)
+			}
+			if b.Warm < 0 || b.Warm > 1000 {
+				return nil, fmt.Errorf("%s: \"warm\" must be a count of ready browsers from 0 to 1000 (got %d)", where, b.Warm)
+			}
+			if b.Warm < 0 || b.Warm > 1000 {
+				return nil, fmt.Errorf("%s: \"warm\" must be a count of ready browsers from 0 to 1000 (got %d)", where, b.Warm)
 			}
 			for _, e := range b.Env {
 				if !strings.Contains(e, "=") {

@@ -16,6 +16,7 @@ import (
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
+	"github.com/websummoner/websummoner/internal/pool"
 	"github.com/websummoner/websummoner/internal/queue"
 	"github.com/websummoner/websummoner/internal/session"
 	"github.com/websummoner/websummoner/internal/webdriver"
@@ -76,6 +77,10 @@ type creation struct {
 	session    *session.Session
 	driver     webdriver.DriverSession
 	took       time.Duration
+	// warm says how a warm-pool browser was claimed ("" for none: a cold
+	// start); for a near hit, stale is the pooled session start ends.
+	warm  pool.Result
+	stale string
 }
 
 // createSession is POST /session: parse, resolve, check, admit, start, register.
@@ -133,8 +138,12 @@ func (h *Hub) runPhases(c *creation, phases []creationPhase) bool {
 			return true
 		}
 	}
-	logtag.Event(h.log, slog.LevelInfo, c.id, "SESSION_CREATED", logtag.SessionID(c.driver.ID), logtag.Browser(c.browser.String()),
-		c.inst.Describe(), logtag.Duration(fmt.Sprintf("%.3fs", c.took.Seconds()), c.took))
+	details := []any{logtag.SessionID(c.driver.ID), logtag.Browser(c.browser.String()),
+		c.inst.Describe(), logtag.Duration(fmt.Sprintf("%.3fs", c.took.Seconds()), c.took)}
+	if c.warm != "" {
+		details = append(details, "warm pool "+string(c.warm))
+	}
+	logtag.Event(h.log, slog.LevelInfo, c.id, "SESSION_CREATED", details...)
 	writeJSON(c.w, http.StatusOK, webdriver.SessionAnswer(c.w3c, c.driver.ID, h.sideChannelCaps(c.base, c.session, c.driver.Caps)))
 	return true
 }
@@ -196,11 +205,7 @@ func (h *Hub) resolve(c *creation) error {
 	}
 	// What a waiting request keeps is its merged capabilities, not the parse.
 	c.cands = nil
-	c.launcher = h.launchers.Process
-	if !c.browser.Image.IsCommand() {
-		c.launcher = h.launchers.Docker
-	}
-	if c.launcher == nil {
+	if c.launcher = h.launcherFor(c.browser); c.launcher == nil {
 		return &noLauncherError{c.browser}
 	}
 	return nil
@@ -241,6 +246,15 @@ func (h *Hub) admit(c *creation) error {
 	// body, read, is let go: it holds the connection's 4 KiB read buffer.
 	_, _ = io.Copy(io.Discard, c.r.Body)
 	c.r.Body = http.NoBody
+	if h.claim(c) {
+		return nil
+	}
+	if h.pool != nil && h.queue.Full() {
+		// A warm browser must not keep a client waiting: its slot is the
+		// client's. Eviction marks the slot as being released before the
+		// request queues, so even a no-wait request waits for it.
+		h.pool.Evict(c.id)
+	}
 	slot, out, waiting := h.queue.Enqueue(c.ctx, queue.Request{ID: c.id, NoWait: NoWait(c.r.Header), Cost: cost})
 	if waiting != nil {
 		if h.detach(c) {
@@ -261,6 +275,14 @@ func (h *Hub) admit(c *creation) error {
 func (h *Hub) start(c *creation) error {
 	h.pending.Add(1)
 	defer h.pending.Add(-1)
+	switch c.warm {
+	case pool.Hit:
+		return nil
+	case pool.Near:
+		if done, err := h.startNear(c); done {
+			return err
+		}
+	}
 	err := h.startAttempts(c)
 	c.slot.Started(startOutcome(c.ctx, err))
 	if err != nil && c.ctx.Err() != nil {
@@ -270,10 +292,7 @@ func (h *Hub) start(c *creation) error {
 }
 
 func (h *Hub) startAttempts(c *creation) error {
-	body := webdriver.DriverBody(c.caps, c.w3c, c.browser.Caps)
-	if screen := c.opts.ScreenResolution; screen != "" {
-		body = withScreen(body, screen)
-	}
+	body := h.driverBody(c.caps, c.w3c, c.browser, c.opts)
 	var lastErr error
 	t0 := time.Now()
 	for attempt := 1; attempt <= h.opts.RetryCount; attempt++ {
@@ -289,14 +308,13 @@ func (h *Hub) startAttempts(c *creation) error {
 			lastErr = err
 			continue
 		}
-		attempt := body
-		if files := inst.Endpoints().Files; files != nil && files.Scheme == "file" {
-			attempt = withDownloadDir(body, files.Path)
-		}
-		ds, err := h.newDriverSession(c.ctx, inst, attempt, c.browser)
+		ds, err := h.newDriverSession(c.ctx, inst, forInstance(body, inst), c.browser)
 		if err == nil {
 			c.inst, c.driver, c.took = inst, ds, time.Since(t0)
 			h.m.startSeconds.WithLabelValues(c.browser.Name, c.browser.Version).Observe(c.took.Seconds())
+			if h.pool != nil {
+				h.pool.ObserveStart(pool.Key{Browser: c.browser.Name, Version: c.browser.Version}, c.took)
+			}
 			return nil
 		}
 		h.stop(c.id, inst)

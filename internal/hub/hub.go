@@ -29,6 +29,7 @@ import (
 	"github.com/websummoner/websummoner/internal/hangup"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
+	"github.com/websummoner/websummoner/internal/pool"
 	"github.com/websummoner/websummoner/internal/queue"
 	"github.com/websummoner/websummoner/internal/session"
 	"github.com/websummoner/websummoner/internal/webdriver"
@@ -92,6 +93,10 @@ type Options struct {
 	// one client (its user under -htpasswd, else its IP address) across all
 	// sessions. Zero: DefaultMaxSideChannelsPerClient.
 	MaxSideChannelsPerClient int
+	// WarmPool is -warm-pool and -warm-pool-max-age: browsers started before
+	// they are asked for, each handed to one client (internal/pool). The zero
+	// value is off.
+	WarmPool pool.Options
 }
 
 // DialFunc opens a connection, as net.Dialer.DialContext does.
@@ -189,6 +194,7 @@ type Hub struct {
 	m         *metrics
 	hangups   hangup.Watcher // clients of detached waiting requests
 	side      sideChannels   // open side channels, against their caps
+	pool      *pool.Pool     // nil while -warm-pool is off
 
 	started  time.Time
 	requests atomic.Uint64
@@ -226,6 +232,11 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 		return nil, err
 	}
 	h.router = h.routes()
+	if opts.WarmPool.On() {
+		if h.pool, err = pool.New(opts.WarmPool, h, logger, reg); err != nil {
+			return nil, err
+		}
+	}
 	return h, nil
 }
 
@@ -362,6 +373,11 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 // every later one, are refused by the closed queue (503 + Retry-After).
 func (h *Hub) Drain(ctx context.Context) {
 	h.draining.Store(true)
+	if h.pool != nil {
+		// Ready browsers serve no one now: their slots must not keep the
+		// queue from draining.
+		h.pool.Close()
+	}
 	h.queue.Close()
 	logtag.Event(h.log, slog.LevelInfo, "", "DRAINING", fmt.Sprintf("%d sessions", h.sessions.Len()))
 	select {

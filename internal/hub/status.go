@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/pool"
 	"github.com/websummoner/websummoner/internal/session"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
@@ -52,6 +53,7 @@ func (h *Hub) selenoidStatus(w http.ResponseWriter, r *http.Request) {
 			"disabled":          h.queue.Options().Disabled,
 		},
 		"gate":     h.gateStats(),
+		"pool":     h.poolStats(),
 		"draining": h.draining.Load(),
 		"version":  h.opts.Version,
 	})
@@ -116,7 +118,7 @@ func (h *Hub) readiness() (bool, string) {
 		return false, "WebSummoner is shutting down"
 	}
 	st := h.queue.Stats()
-	if st.InUse >= st.Limit {
+	if st.InUse-h.poolReady() >= st.Limit {
 		return false, "WebSummoner is busy: all slots are in use; new sessions queue"
 	}
 	return true, "WebSummoner is ready to create new sessions"
@@ -153,6 +155,24 @@ func (h *Hub) readyz(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"value": map[string]any{"ready": true}})
+}
+
+// poolStats is the warm pool per browsers.json entry, nil while it is off.
+func (h *Hub) poolStats() []pool.KeyStats {
+	if h.pool == nil {
+		return nil
+	}
+	return h.pool.Stats()
+}
+
+// poolReady counts ready browsers: their slots are a client's for the asking
+// (a claim, or an eviction).
+func (h *Hub) poolReady() int {
+	n := 0
+	for _, s := range h.poolStats() {
+		n += s.Ready
+	}
+	return n
 }
 
 func (h *Hub) gateStats() any {

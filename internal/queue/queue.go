@@ -392,6 +392,43 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 	return q.queueLocked(ctx, r, now, out)
 }
 
+// Spare takes a slot for a warm-pool fill, the lowest-priority start: only
+// when a slot is free, no request waits, no slot is being torn down for a
+// request to find, and the start gate would still permit a client's start
+// (of cost 1) beside this one. It returns nil otherwise. A spare admission is
+// no client's: it neither resets idle nor counts in the wait histogram.
+func (q *Queue) Spare(cost int) *Slot {
+	cost = max(cost, 1)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed || q.inUse >= q.opts.Limit || q.waiters.Len() > 0 || q.releasing > 0 {
+		return nil
+	}
+	if g := q.opts.Gate; g != nil && (!g.CanStart(cost+1) || !g.TryStart(cost)) {
+		return nil
+	}
+	q.inUse++
+	return &Slot{q: q, admitted: time.Now(), cost: cost}
+}
+
+// AdmittedFast records a client's admission that did not go through the
+// queue (a warm browser handed over at once): it is a fast admission, and
+// resets idle as one.
+func (q *Queue) AdmittedFast() {
+	q.mu.Lock()
+	q.lastFast = time.Now()
+	q.mu.Unlock()
+	q.m.wait.Observe(0)
+}
+
+// Full reports whether every slot is held: a request arriving now could not
+// be admitted for want of a slot (the start gate aside).
+func (q *Queue) Full() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.inUse >= q.opts.Limit
+}
+
 // queueLocked puts r at the back of the queue with out's budget, and unlocks.
 func (q *Queue) queueLocked(ctx context.Context, r Request, now time.Time, out Outcome) (*Slot, Outcome, *Waiting) {
 	out.Queued = true

@@ -46,6 +46,13 @@ function render(st) {
   text($("gatemode"), g ? g.mode + (g.healthy ? "" : " (engine down)") : "off");
   text($("baseline"), g && g.baselineSeconds ? dur(g.baselineSeconds) : "—");
 
+  const pool = st.pool;
+  text($("poolready"), pool ? pool.reduce((n, p) => n + p.ready, 0) : 0);
+  $("pool").tBodies[0].innerHTML = !pool ? '<tr><td class="muted">off</td></tr>'
+    : pool.length ? pool.map((p) => "<tr><td>" + esc(p.browser + " " + p.version) + "</td><td>" + p.ready + " of " + p.target +
+      (p.filling ? ", " + p.filling + " starting" : "") + "</td></tr>").join("")
+    : '<tr><td class="muted">empty</td></tr>';
+
   const now = Date.now();
   history.push([now, st.rejected || {}]);
   while (history.length > 1 && history[0][0] < now - WINDOW) history.shift();

@@ -1,0 +1,234 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"reflect"
+	"time"
+
+	"github.com/websummoner/websummoner/internal/config"
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/pool"
+	"github.com/websummoner/websummoner/internal/queue"
+	"github.com/websummoner/websummoner/internal/webdriver"
+)
+
+// warm is a ready browser of the warm pool (internal/pool): started on a
+// slot of its own with a session created as a cold start for its entry's
+// defaults would create it. It is handed to one client at most.
+type warm struct {
+	h       *Hub
+	id      string // the fill's request id, for log lines
+	key     pool.Key
+	browser config.Resolved
+	inst    launcher.Instance
+	driver  webdriver.DriverSession
+	slot    *queue.Slot
+	// canon is the canonical form of the capabilities it was started with
+	// (webdriver.CanonicalCaps): a request whose own is equal is a hit.
+	canon string
+	born  time.Time
+}
+
+// Fill starts a ready browser for k (pool.Filler): a spare slot, the entry's
+// browser, and a session with the capabilities a request naming only the
+// browser would send.
+func (h *Hub) Fill(ctx context.Context, id string, k pool.Key) (pool.Item, error) {
+	b, err := h.conf.Browsers().Find(k.Browser, k.Version)
+	if err != nil {
+		return nil, err
+	}
+	l := h.launcherFor(b)
+	if l == nil {
+		return nil, &noLauncherError{b}
+	}
+	slot := h.queue.Spare(1)
+	if slot == nil {
+		return nil, pool.ErrNoSpare
+	}
+	body := h.driverBody(map[string]any{"browserName": k.Browser}, true, b, webdriver.Options{})
+	t0 := time.Now()
+	inst, err := l.Start(ctx, launcher.Request{ID: id, Browser: b})
+	if err == nil {
+		var ds webdriver.DriverSession
+		ds, err = h.newDriverSession(ctx, inst, forInstance(body, inst), b)
+		if err == nil {
+			slot.Started(queue.StartSucceeded)
+			return &warm{h: h, id: id, key: k, browser: b, inst: inst, driver: ds, slot: slot, canon: webdriver.CanonicalCaps(body), born: t0}, nil
+		}
+		h.stop(id, inst)
+	}
+	if ctx.Err() == nil {
+		h.countFailure(b, err)
+	}
+	slot.Started(startOutcome(ctx, err))
+	slot.Release()
+	return nil, err
+}
+
+// Entries lists every configured entry with its fixed pool size
+// (pool.Filler): size for a browser's default version, an entry's own
+// "warm" where it sets one, else 0.
+func (h *Hub) Entries(size int) map[pool.Key]int {
+	bs := h.conf.Browsers()
+	out := map[pool.Key]int{}
+	for _, name := range bs.Names() {
+		vs := bs[name]
+		for _, v := range bs.VersionsOf(name) {
+			n := 0
+			if v == vs.Default {
+				n = size
+			}
+			if b := vs.Versions[v]; b != nil && b.Warm > 0 {
+				n = b.Warm
+			}
+			if h.launcherFor(config.Resolved{Name: name, Version: v, Browser: vs.Versions[v]}) == nil {
+				continue // -disable-docker: nothing can start it
+			}
+			out[pool.Key{Browser: name, Version: v}] = n
+		}
+	}
+	return out
+}
+
+// Alive asks the driver for its session's URL: a browser that answers is
+// alive. The answer itself is not read.
+func (w *warm) Alive(ctx context.Context) bool {
+	u := w.inst.Endpoints().Driver.JoinPath("session", w.driver.ID, "url")
+	status, _, err := w.h.driverCall(ctx, http.MethodGet, u, nil, 1<<20)
+	return err == nil && status == http.StatusOK
+}
+
+func (w *warm) Exited() <-chan struct{} { return w.inst.Exited() }
+
+// Stale reports whether browsers.json no longer has the entry as it was.
+func (w *warm) Stale() bool {
+	b, err := w.h.conf.Browsers().Find(w.key.Browser, w.key.Version)
+	return err != nil || b.Version != w.key.Version || !reflect.DeepEqual(b.Browser, w.browser.Browser)
+}
+
+// Discard stops the browser and frees its slot (pool.Item).
+func (w *warm) Discard() {
+	w.slot.Releasing()
+	go func() {
+		w.h.stop(w.id, w.inst)
+		w.slot.Release()
+	}()
+}
+
+// launcherFor is the launcher that runs b's entry, nil if none does.
+func (h *Hub) launcherFor(b config.Resolved) launcher.Launcher {
+	if b.Browser == nil {
+		return nil
+	}
+	if b.Image.IsCommand() {
+		return h.launchers.Process
+	}
+	return h.launchers.Docker
+}
+
+// driverBody is the new-session body a cold start sends the driver, before
+// what belongs to one instance (forInstance).
+func (h *Hub) driverBody(caps map[string]any, w3c bool, b config.Resolved, o webdriver.Options) []byte {
+	body := webdriver.DriverBody(caps, w3c, b.Caps)
+	if screen := o.ScreenResolution; screen != "" {
+		body = withScreen(body, screen)
+	}
+	return body
+}
+
+// forInstance adds to a new-session body what belongs to the instance it
+// goes to: a local driver's own download directory.
+func forInstance(body []byte, inst launcher.Instance) []byte {
+	if files := inst.Endpoints().Files; files != nil && files.Scheme == "file" {
+		return withDownloadDir(body, files.Path)
+	}
+	return body
+}
+
+// poolShape reports whether a request's options ask for a container the warm
+// pool starts: the entry's defaults. What only the hub reads (a name, an idle
+// timeout, ignored keys) does not shape the container.
+func poolShape(o webdriver.Options) bool {
+	o.Name, o.SessionTimeout, o.Ignored = "", 0, nil
+	for _, l := range []*[]string{&o.Env, &o.HostsEntries, &o.DNSServers, &o.AdditionalNetworks, &o.ApplicationContainers} {
+		if len(*l) == 0 {
+			*l = nil
+		}
+	}
+	if len(o.Labels) == 0 {
+		o.Labels = nil
+	}
+	return reflect.DeepEqual(o, webdriver.Options{})
+}
+
+// claim gives c a ready browser when the warm pool has one its request fits:
+// a hit takes the browser's session as it is, a near hit the browser alone
+// (start then creates the client's session on it). It reports whether c got
+// one; with none, it returns false and c starts cold.
+func (h *Hub) claim(c *creation) bool {
+	if h.pool == nil {
+		return false
+	}
+	k := pool.Key{Browser: c.browser.Name, Version: c.browser.Version}
+	if !poolShape(c.opts) {
+		h.pool.Missed(c.id, k)
+		return false
+	}
+	canon := webdriver.CanonicalCaps(h.driverBody(c.caps, c.w3c, c.browser, c.opts))
+	t0 := time.Now()
+	item, res := h.pool.Claim(c.ctx, c.id, k, func(it pool.Item) pool.Result {
+		w := it.(*warm)
+		if !reflect.DeepEqual(w.browser.Browser, c.browser.Browser) {
+			return pool.Miss // started from an entry browsers.json has since changed
+		}
+		if c.w3c && canon == w.canon {
+			return pool.Hit
+		}
+		return pool.Near
+	})
+	if item == nil {
+		return false
+	}
+	w := item.(*warm)
+	c.slot, c.inst, c.warm = w.slot, w.inst, res
+	if res == pool.Hit {
+		c.driver, c.took = w.driver, time.Since(t0)
+	} else {
+		c.stale = w.driver.ID
+	}
+	h.queue.AdmittedFast()
+	return true
+}
+
+// startNear creates the client's session on a near hit's browser: the
+// pooled session is ended first, so the driver serves one session, the
+// client's. It reports false, having stopped the browser, when the driver
+// failed for a reason not the client's: the request then starts cold.
+func (h *Hub) startNear(c *creation) (bool, error) {
+	t0 := time.Now()
+	dctx, cancel := context.WithTimeout(c.ctx, h.opts.SessionDeleteTimeout)
+	_, _, err := h.driverCall(dctx, http.MethodDelete, c.inst.Endpoints().Driver.JoinPath("session", c.stale), nil, 1<<20)
+	cancel()
+	if err == nil {
+		var ds webdriver.DriverSession
+		ds, err = h.newDriverSession(c.ctx, c.inst, forInstance(h.driverBody(c.caps, c.w3c, c.browser, c.opts), c.inst), c.browser)
+		if err == nil {
+			c.driver, c.took = ds, time.Since(t0)
+			return true, nil
+		}
+		var de *webdriver.DriverError
+		if errors.As(err, &de) && de.ClientFault() {
+			return true, err // abandon stops the browser and frees the slot
+		}
+	}
+	h.stop(c.id, c.inst)
+	c.inst = nil
+	if c.ctx.Err() != nil {
+		return true, c.ctx.Err()
+	}
+	h.countFailure(c.browser, fmt.Errorf("a warm browser's new session: %w", err))
+	return false, nil
+}

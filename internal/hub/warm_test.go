@@ -1,0 +1,290 @@
+package hub
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/pool"
+	"github.com/websummoner/websummoner/internal/queue"
+)
+
+// newWarmFixture is a hub in fake time with a warm pool; the pool is closed
+// (and every browser it held stopped) before the fixture's own checks.
+func newWarmFixture(t *testing.T, qopts queue.Options, wp pool.Options, l *stubLauncher) *fixture {
+	t.Helper()
+	l.mem = newMemTransport()
+	f := newFixture(t, qopts, Options{WarmPool: wp}, l)
+	t.Cleanup(func() {
+		f.hub.pool.Close()
+		synctest.Wait() // discarded browsers stop and free their slots
+	})
+	return f
+}
+
+func sessionID(t *testing.T, body map[string]any) string {
+	t.Helper()
+	v, _ := body["value"].(map[string]any)
+	id, _ := v["sessionId"].(string)
+	if id == "" {
+		t.Fatalf("no session in %v", body)
+	}
+	return id
+}
+
+// sample is the value of a metric's series whose one label has that value
+// (0 when there is none).
+func sample(t *testing.T, f *fixture, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					if c := m.GetCounter(); c != nil {
+						return c.GetValue()
+					}
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// instanceOf is the stub browser a session runs on.
+func instanceOf(f *fixture, id string) *stubInstance {
+	s, ok := f.sess.Get(id)
+	if !ok {
+		return nil
+	}
+	inst, _ := s.Instance.(*stubInstance)
+	return inst
+}
+
+// liveSet is the stub launcher's live browsers.
+func liveSet(l *stubLauncher) map[launcher.Instance]bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[launcher.Instance]bool{}
+	for inst := range l.live {
+		out[inst] = true
+	}
+	return out
+}
+
+func TestWarmPoolHitNearMiss(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &stubLauncher{bodies: make(chan []byte, 16)}
+		f := newWarmFixture(t, queue.Options{Limit: 3}, pool.Options{Size: 1}, l)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if n := l.starts.Load(); n != 1 {
+			t.Fatalf("browsers started by a pool of 1 = %d, want 1", n)
+		}
+		filled := <-l.bodies // what the ready browser's session was created with
+
+		ready := liveSet(l)
+		// A hit: stock ChromeOptions as Python's Selenium sends them.
+		resp, body := f.do("POST", "/session", `{"capabilities":{"firstMatch":[{}],"alwaysMatch":{"browserName":"chrome","pageLoadStrategy":"normal","goog:chromeOptions":{"extensions":[],"args":[]}}}}`)
+		if resp.StatusCode != 200 {
+			t.Fatalf("hit: %d %v", resp.StatusCode, body)
+		}
+		hitID := sessionID(t, body)
+		if s, _ := f.sess.Get(hitID); s == nil || !ready[s.Instance] {
+			t.Fatal("a hit did not get the ready browser")
+		}
+		if inst := instanceOf(f, hitID); inst == nil || inst.stub.Created() != 1 {
+			t.Fatal("a hit's driver was sent a second new session")
+		}
+		if !strings.Contains(string(filled), `--headless`) {
+			t.Fatalf("the ready browser was not started with the entry's caps: %s", filled)
+		}
+		f.ev.Wait(t, "warm pool hit", time.Second)
+		if got := sample(t, f, "websummoner_pool_claims_total", "result", string(pool.Hit)); got != 1 {
+			t.Fatalf("hits counted = %v, want 1", got)
+		}
+		if resp, _ := f.do("GET", "/session/"+hitID+"/url", ""); resp.StatusCode != 200 {
+			t.Fatalf("the hit's session does not answer commands: %d", resp.StatusCode)
+		}
+
+		// The pool refills; a near hit: same container, other browser options.
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		<-l.bodies // the refill's
+		ready = liveSet(l)
+		resp, body = f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","goog:chromeOptions":{"args":["--lang=de"]}}}}`)
+		if resp.StatusCode != 200 {
+			t.Fatalf("near hit: %d %v", resp.StatusCode, body)
+		}
+		nearID := sessionID(t, body)
+		if s, _ := f.sess.Get(nearID); s == nil || !ready[s.Instance] {
+			t.Fatal("a near hit did not get the ready browser")
+		}
+		synctest.Wait()
+		sentOwn := false
+		for len(l.bodies) > 0 { // the near hit's, and the refill's
+			sentOwn = sentOwn || strings.Contains(string(<-l.bodies), "--lang=de")
+		}
+		if !sentOwn {
+			t.Fatal("the near hit's own capabilities did not reach the driver")
+		}
+		if got := sample(t, f, "websummoner_pool_claims_total", "result", string(pool.Near)); got != 1 {
+			t.Fatalf("near hits counted = %v, want 1", got)
+		}
+		// The driver serves one session, the client's: the pooled one is gone.
+		if inst := instanceOf(f, nearID); inst == nil || inst.stub.Created() != 2 || inst.stub.Live() != 1 {
+			t.Fatal("a near hit's driver does not hold the client's session alone")
+		}
+
+		// A miss: another container (a screen size).
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		for len(l.bodies) > 0 {
+			<-l.bodies
+		}
+		ready = liveSet(l)
+		resp, body = f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"screenResolution":"1024x768x24"}}}}`)
+		if resp.StatusCode != 200 {
+			t.Fatalf("miss: %d %v", resp.StatusCode, body)
+		}
+		missID := sessionID(t, body)
+		if s, _ := f.sess.Get(missID); s == nil || ready[s.Instance] {
+			t.Fatal("a miss was given the ready browser")
+		}
+		if got := sample(t, f, "websummoner_pool_claims_total", "result", string(pool.Miss)); got != 1 {
+			t.Fatalf("misses counted = %v, want 1", got)
+		}
+		// With three slots held (two sessions, one ready browser), the miss
+		// took the ready browser's slot.
+		if got := sample(t, f, "websummoner_pool_discarded_total", "reason", pool.ReasonEvicted); got != 1 {
+			t.Fatalf("evictions = %v, want 1", got)
+		}
+		var used []*stubInstance
+		for _, id := range []string{hitID, nearID, missID} {
+			used = append(used, instanceOf(f, id))
+			f.do("DELETE", "/session/"+id, "")
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		live := liveSet(l)
+		for _, inst := range used {
+			if live[inst] {
+				t.Fatal("a browser outlived its session (single use: never returned to the pool)")
+			}
+		}
+		if len(live) != 1 {
+			t.Fatalf("browsers live after every session ended = %d, want the pool's 1", len(live))
+		}
+	})
+}
+
+func TestWarmPoolNeverExceedsLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &stubLauncher{}
+		f := newWarmFixture(t, queue.Options{Limit: 2}, pool.Options{Size: 5}, l)
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if n := l.liveCount(); n != 2 {
+			t.Fatalf("ready browsers with -limit 2 = %d, want 2", n)
+		}
+		// Misses with every slot held by the pool: each evicts one at once,
+		// even one that asked not to wait.
+		var ids []string
+		for i, hdr := range [][]string{nil, {"X-Selenoid-No-Wait", ""}} {
+			resp, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"timeZone":"Europe/Berlin"}}}}`, hdr...)
+			if resp.StatusCode != 200 {
+				t.Fatalf("miss %d with the pool holding every slot: %d %v", i, resp.StatusCode, body)
+			}
+			ids = append(ids, sessionID(t, body))
+			if n := l.liveCount(); n > 2 {
+				t.Fatalf("%d browsers live with -limit 2", n)
+			}
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if st := f.hub.pool.Stats(); len(st) != 1 || st[0].Ready != 0 {
+			t.Fatalf("pool with clients holding every slot: %+v, want none ready", st)
+		}
+		if got := sample(t, f, "websummoner_pool_discarded_total", "reason", pool.ReasonEvicted); got != 2 {
+			t.Fatalf("evictions = %v, want 2", got)
+		}
+		for _, id := range ids {
+			f.do("DELETE", "/session/"+id, "")
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if n := l.liveCount(); n != 2 {
+			t.Fatalf("ready browsers once the clients left = %d, want 2", n)
+		}
+	})
+}
+
+func TestWarmPoolDeadBrowserNotHandedOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &stubLauncher{}
+		f := newWarmFixture(t, queue.Options{Limit: 2}, pool.Options{Size: 1}, l)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		l.mu.Lock()
+		var pooled *stubInstance
+		for inst := range l.live {
+			pooled = inst
+		}
+		l.mu.Unlock()
+		// It dies without a word (no exit seen yet): only the check finds it.
+		pooled.close()
+		resp, body := f.do("POST", "/session", w3cChrome)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%d %v", resp.StatusCode, body)
+		}
+		s, ok := f.sess.Get(sessionID(t, body))
+		if !ok || s.Instance == launcher.Instance(pooled) {
+			t.Fatal("the dead browser was handed out")
+		}
+		if got := sample(t, f, "websummoner_pool_discarded_total", "reason", pool.ReasonDead); got != 1 {
+			t.Fatalf("dead discards = %v, want 1", got)
+		}
+		f.do("DELETE", "/session/"+sessionID(t, body), "")
+	})
+}
+
+func TestWarmPoolOffStartsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &stubLauncher{mem: newMemTransport()}
+		f := newFixture(t, queue.Options{Limit: 2}, Options{}, l)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if n := l.starts.Load(); n != 0 || f.hub.pool != nil {
+			t.Fatalf("-warm-pool off started %d browsers", n)
+		}
+		resp, _ := f.do("GET", "/status", "")
+		if resp.StatusCode != 200 {
+			t.Fatal(resp.StatusCode)
+		}
+	})
+}
+
+func TestWarmPoolDrains(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &stubLauncher{}
+		f := newWarmFixture(t, queue.Options{Limit: 3}, pool.Options{Size: 2}, l)
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		done := make(chan struct{})
+		go func() { f.hub.Drain(context.Background()); close(done) }()
+		<-done // ready browsers hold no one: the drain does not wait for them
+		if n := l.liveCount(); n != 0 {
+			t.Fatalf("%d ready browsers left after a drain", n)
+		}
+	})
+}
