@@ -1,0 +1,3 @@
+module xseld
+
+go 1.22
