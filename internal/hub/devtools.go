@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -62,7 +63,7 @@ func (h *Hub) devtools(w http.ResponseWriter, r *http.Request) {
 		h.devtoolsProtocol(w, r, s, dt)
 		return
 	case rest == "" || rest == "browser":
-		h.devtoolsSocket(w, r, s, dt, "json/version", func(v json.RawMessage) string {
+		h.devtoolsSocket(w, r, s, dt, rest, "json/version", func(v json.RawMessage) string {
 			var info struct {
 				WS string `json:"webSocketDebuggerUrl"`
 			}
@@ -70,7 +71,7 @@ func (h *Hub) devtools(w http.ResponseWriter, r *http.Request) {
 			return info.WS
 		})
 	case rest == "page":
-		h.devtoolsSocket(w, r, s, dt, "json/list", func(v json.RawMessage) string {
+		h.devtoolsSocket(w, r, s, dt, rest, "json/list", func(v json.RawMessage) string {
 			var targets []struct{ Type, WebSocketDebuggerURL string }
 			_ = json.Unmarshal(v, &targets)
 			for _, t := range targets {
@@ -81,12 +82,22 @@ func (h *Hub) devtools(w http.ResponseWriter, r *http.Request) {
 			return ""
 		})
 	case strings.HasPrefix(rest, "page/") && !strings.Contains(rest[len("page/"):], "/"):
+		if _, err := h.fetchDevTools(r.Context(), dt, "json/version"); errors.Is(err, errAerokubeDevTools) {
+			h.proxySocket(w, r, s, dt.JoinPath(rest))
+			return
+		}
 		h.proxySocket(w, r, s, dt.JoinPath("devtools", rest))
 	default:
 		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnknownCommand,
 			fmt.Sprintf("/devtools/%s/%s is not a DevTools endpoint: use /, /browser, /page, /page/{targetId}, /json/version, /json/list or /json/protocol", s.ID, rest))
 	}
 }
+
+// errAerokubeDevTools is port 7070's 200 without JSON to a /json/… request:
+// aerokube's devtools program (their selenoid/chrome images) serves no /json/version or
+// /json/list, but /, /browser, /page and /page/{targetId} as sockets itself,
+// which Selenoid proxies path for path.
+var errAerokubeDevTools = errors.New("aerokube's devtools: no /json answers")
 
 // fetchDevTools reads one of DevTools' /json answers.
 func (h *Hub) fetchDevTools(ctx context.Context, dt *url.URL, path string) (json.RawMessage, error) {
@@ -105,16 +116,24 @@ func (h *Hub) fetchDevTools(ctx context.Context, dt *url.URL, path string) (json
 	if err != nil {
 		return nil, err
 	}
-	if resp.StatusCode != http.StatusOK || !json.Valid(data) {
+	if resp.StatusCode == http.StatusOK && !json.Valid(data) {
+		return nil, errAerokubeDevTools
+	}
+	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("DevTools answered %d: %s", resp.StatusCode, webdriver.Truncate(data, 200))
 	}
 	return data, nil
 }
 
 // devtoolsSocket finds a socket URL in one of DevTools' /json answers and
-// proxies the client's WebSocket to it.
-func (h *Hub) devtoolsSocket(w http.ResponseWriter, r *http.Request, s *session.Session, dt *url.URL, path string, pick func(json.RawMessage) string) {
+// proxies the client's WebSocket to it; to aerokube's devtools, it proxies
+// the client's path (rest) as it is.
+func (h *Hub) devtoolsSocket(w http.ResponseWriter, r *http.Request, s *session.Session, dt *url.URL, rest, path string, pick func(json.RawMessage) string) {
 	data, err := h.fetchDevTools(r.Context(), dt, path)
+	if errors.Is(err, errAerokubeDevTools) {
+		h.proxySocket(w, r, s, dt.JoinPath(rest))
+		return
+	}
 	if err != nil {
 		h.sideChannelDown(w, s, "DevTools", dt, err)
 		return

@@ -530,6 +530,11 @@ func TestEndpointsChoice(t *testing.T) {
 	if len(side) != 2 {
 		t.Fatalf("side ports %v", side)
 	}
+	// aerokube's images expose their driver's port only: Selenoid's contract,
+	// all of it, as Selenoid publishes it.
+	if all := exposedSidePorts(map[string]struct{}{"4444/tcp": {}}); len(all) != len(sidePorts) {
+		t.Fatalf("side ports of an image exposing 4444 only: %v, want all of %d", all, len(sidePorts))
+	}
 	e, err := endpointsOf(Published, info, "c1", "4444", "/wd/hub", side)
 	if err != nil || e.Driver.String() != "http://127.0.0.1:32770/wd/hub" || e.VNC.String() != "tcp://127.0.0.1:32771" {
 		t.Fatalf("published: %+v %v", e, err)

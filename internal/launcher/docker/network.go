@@ -29,11 +29,19 @@ var sidePorts = []struct {
 	{"9090/tcp", "http", func(e *launcher.Endpoints, u *url.URL) { e.Clipboard = u }},
 }
 
-// exposedSidePorts are the contract ports among an image's exposed ports.
+// exposedSidePorts are the contract ports the hub publishes for an image: those
+// among its exposed ports, or all of them for an image that exposes none —
+// aerokube's images expose only their driver's port (EXPOSE 4444), and
+// Selenoid publishes the contract's ports whatever the image says.
 func exposedSidePorts(exposed map[string]struct{}) []nat.Port {
 	var out []nat.Port
 	for _, s := range sidePorts {
 		if _, ok := exposed[string(s.port)]; ok {
+			out = append(out, s.port)
+		}
+	}
+	if len(out) == 0 {
+		for _, s := range sidePorts {
 			out = append(out, s.port)
 		}
 	}
