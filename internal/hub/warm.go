@@ -44,6 +44,17 @@ func (h *Hub) Fill(ctx context.Context, id string, k pool.Key) (pool.Item, error
 	if l == nil {
 		return nil, &noLauncherError{b}
 	}
+	if ch, ok := l.(launcher.Checker); ok {
+		if err := ch.Check(ctx, b); err != nil {
+			var se *launcher.StartError
+			if errors.As(err, &se) && se.Down {
+				// The engine is down (or not checked yet): nothing to start
+				// now, and nothing wrong with the entry to back off from.
+				return nil, fmt.Errorf("%w: %w", pool.ErrNoSpare, err)
+			}
+			return nil, err // a missing image: the pool backs off
+		}
+	}
 	slot := h.queue.Spare(1)
 	if slot == nil {
 		return nil, pool.ErrNoSpare

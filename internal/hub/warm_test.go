@@ -133,7 +133,9 @@ func TestWarmPoolHitNearMiss(t *testing.T) {
 		synctest.Wait()
 		sentOwn := false
 		for len(l.bodies) > 0 { // the near hit's, and the refill's
-			sentOwn = sentOwn || strings.Contains(string(<-l.bodies), "--lang=de")
+			if strings.Contains(string(<-l.bodies), "--lang=de") {
+				sentOwn = true
+			}
 		}
 		if !sentOwn {
 			t.Fatal("the near hit's own capabilities did not reach the driver")

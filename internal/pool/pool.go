@@ -50,15 +50,17 @@ type Item interface {
 // Filler starts ready browsers: the hub.
 type Filler interface {
 	// Fill starts one browser for k on a slot no request wants. It returns
-	// ErrNoSpare, having started nothing, when no such slot is free now.
+	// an ErrNoSpare error, having started nothing, when no such slot is free
+	// now or the engine that would run it is down: the pool tries again at
+	// its next look, without backing off.
 	Fill(ctx context.Context, id string, k Key) (Item, error)
 	// Entries lists every configured entry with its fixed pool size (the
 	// size a fixed-size pool keeps of it; 0 for none).
 	Entries(size int) map[Key]int
 }
 
-// ErrNoSpare is Fill's answer when every slot is taken, a request waits, or the
-// start gate has no permit to spare.
+// ErrNoSpare is Fill's answer when every slot is taken, a request waits, the
+// start gate has no permit to spare, or the engine is down.
 var ErrNoSpare = errors.New("no slot or start permit to spare")
 
 // Result is how a request fared with the pool.
@@ -420,7 +422,7 @@ func ewma(old, sample time.Duration) time.Duration {
 func (p *Pool) discard(id string, k Key, it Item, reason string) {
 	it.Discard()
 	p.m.discarded.WithLabelValues(reason).Inc()
-	logtag.Event(p.log, slog.LevelInfo, id, "POOL_DISCARD", logtag.Browser(k.String()), logtag.Reason(reason, false))
+	logtag.Event(p.log, slog.LevelInfo, id, "POOL_DISCARD", logtag.Browser(k.String()), logtag.Reason(reason, true))
 }
 
 // Claim hands a ready browser of k to request id when classify says it
