@@ -26,12 +26,14 @@ image:
 run: deps
 	scripts/run-hub.sh $(ARGS)
 
-# The test images: a FROM scratch stub driver, and real Chromium built from
-# Debian's packages (minutes the first time, then cached by tag).
+# The test images: a FROM scratch stub driver, real Chromium built from
+# Debian's packages, the video recorder, and aerokube's selenoid/chrome built
+# from aerokube's own sources (minutes the first time, then cached by tag).
 images:
 	images/wdstub/build.sh
 	images/chromium/build.sh
 	images/recorder/build.sh
+	images/aerokube/build.sh
 
 test: test-deps vet images
 	$(MAKE) bench-short

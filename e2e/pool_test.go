@@ -187,3 +187,41 @@ func TestDockerWarmPool(t *testing.T) {
 		t.Fatalf("client: %v", err)
 	}
 }
+
+// The warm pool with local driver processes (config/browsers.local.json,
+// real chromedriver and Chromium): Python Selenium's stock ChromeOptions get
+// the ready browser at once, each session's driver is its own, and after the
+// hub stops nothing of the pool is left running.
+func TestLocalWarmPool(t *testing.T) {
+	requireRealParts(t)
+	h := startHub(t, "-limit", "2", "-warm-pool", "1")
+	page := pageServer(t)
+	dir := t.TempDir()
+	h.await(t, "[POOL_FILL]")
+	var sessions []string
+	for i := range 2 {
+		shot := filepath.Join(dir, fmt.Sprintf("p%d.png", i))
+		r, err := runClient(h.url, page.URL, shot, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkResult(t, r, shot)
+		line := h.await(t, "[SESSION_CREATED]")
+		if !strings.Contains(line, r.Session) || !strings.Contains(line, "[warm pool hit]") {
+			t.Fatalf("session %d was not a warm pool hit: %s", i, line)
+		}
+		sessions = append(sessions, r.Session)
+		t.Logf("session %d: created in %.3fs from the pool", i, r.Created)
+		h.await(t, "[POOL_FILL]") // the pool refills before the next client
+	}
+	if sessions[0] == sessions[1] {
+		t.Fatal("two clients got the same session")
+	}
+	if got := h.metric(t, `websummoner_pool_claims_total{result="hit"}`); got != 2 {
+		t.Fatalf("hits = %v, want 2", got)
+	}
+	h.stop(t)
+	if left := ourProcesses(h.instance); len(left) != 0 {
+		t.Fatalf("processes of the pool left after the hub stopped: %v", left)
+	}
+}
