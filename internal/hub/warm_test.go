@@ -10,6 +10,7 @@ import (
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/pool"
 	"github.com/websummoner/websummoner/internal/queue"
+	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
 // newWarmFixture is a hub in fake time with a warm pool; the pool is closed
@@ -287,6 +288,49 @@ func TestWarmPoolDrains(t *testing.T) {
 		<-done // ready browsers hold no one: the drain does not wait for them
 		if n := l.liveCount(); n != 0 {
 			t.Fatalf("%d ready browsers left after a drain", n)
+		}
+	})
+}
+
+func TestPoolShape(t *testing.T) {
+	if !poolShape(webdriver.Options{Name: "a test", SessionTimeout: time.Minute, Ignored: []string{"selenoid:options.x"}, Env: []string{}, Labels: map[string]string{}}) {
+		t.Fatal("options only the hub reads made a request a miss")
+	}
+	for what, o := range map[string]webdriver.Options{
+		"video": {EnableVideo: true}, "VNC": {EnableVNC: true}, "screen": {ScreenResolution: "1024x768x24"},
+		"time zone": {TimeZone: "UTC"}, "env": {Env: []string{"A=1"}}, "labels": {Labels: map[string]string{"a": "b"}},
+		"log": {EnableLog: true}, "hosts": {HostsEntries: []string{"a:1.2.3.4"}}, "hostname": {ContainerHostname: "x"},
+	} {
+		if poolShape(o) {
+			t.Errorf("a request with %s took a ready browser's container", what)
+		}
+	}
+}
+
+func TestWarmPoolInStatus(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &stubLauncher{}
+		f := newWarmFixture(t, queue.Options{Limit: 2}, pool.Options{Size: 2}, l)
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		_, st := f.do("GET", "/status", "")
+		rows, _ := st["pool"].([]any)
+		if len(rows) != 1 {
+			t.Fatalf("/status pool = %v, want one row", st["pool"])
+		}
+		row := rows[0].(map[string]any)
+		if row["browser"] != "chrome" || row["version"] != "128.0" || row["ready"] != 2.0 || row["target"] != 2.0 {
+			t.Fatalf("/status pool row = %v", row)
+		}
+		if st["used"] != 2.0 {
+			t.Fatalf("/status used = %v, want 2: ready browsers hold slots", st["used"])
+		}
+		_, ws := f.do("GET", "/wd/hub/status", "")
+		if v := ws["value"].(map[string]any); v["ready"] != true {
+			t.Fatalf("W3C status with every slot held by ready browsers (a request would take one): %v", v)
+		}
+		if got := sample(t, f, "websummoner_pool_ready", "version", "128.0"); got != 2 {
+			t.Fatalf("websummoner_pool_ready = %v, want 2", got)
 		}
 	})
 }
