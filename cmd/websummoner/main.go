@@ -84,6 +84,8 @@ type flagConfig struct {
 	ignored []selenoidFlag
 	// logConf is -log-conf: browser containers' log driver, a JSON file.
 	logConf string
+	// quotas is -quotas: each tenant's share of the slots, a JSON file.
+	quotas string
 }
 
 // selenoidFlag is a Selenoid flag accepted so that its command lines work
@@ -140,6 +142,8 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 		return nil
 	})
 
+	fs.StringVar(&c.quotas, "quotas", "", "Share the slots between tenants (-htpasswd users, or -tenant-header values): a JSON file of weight, maxSessions and maxQueued per tenant, \"*\" for the rest; SIGHUP reloads it (docs/quotas.md)")
+	fs.StringVar(&c.hub.TenantHeader, "tenant-header", "", "Without -htpasswd, take each request's tenant from this header, set by a trusted front (the hub cannot check it); empty: one tenant for all")
 	fs.StringVar(&c.auth.File, "htpasswd", "", "Require HTTP basic auth of these users (htpasswd -B file; SIGHUP reloads it); each session belongs to its creator")
 	fs.StringVar(&c.admins, "admin-users", "", "Comma-separated users of -htpasswd who see and may drive every session")
 
@@ -308,6 +312,11 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 		return nil, err
 	}
 	c.queue.Gate = gate
+	if c.quotas != "" {
+		if c.queue.Quotas, err = queue.LoadQuotas(c.quotas); err != nil {
+			return nil, err
+		}
+	}
 	if p.queue, err = queue.New(c.queue, p.log, reg); err != nil {
 		return nil, err
 	}
@@ -448,6 +457,14 @@ func (p *program) serve() int {
 func (p *program) reload() {
 	if err := p.auth.Reload(); err != nil {
 		logtag.Event(p.log, slog.LevelWarn, "", "HTPASSWD_RELOAD_FAILED", err, "keeping the previous users")
+	}
+	if path := p.c.quotas; path != "" {
+		if q, err := queue.LoadQuotas(path); err != nil {
+			logtag.Event(p.log, slog.LevelWarn, "", "QUOTAS_RELOAD_FAILED", err, "keeping the previous quotas")
+		} else {
+			p.queue.SetQuotas(q)
+			logtag.Event(p.log, slog.LevelInfo, "", "QUOTAS_RELOADED", fmt.Sprintf("tenants %v", q.Names()))
+		}
 	}
 	if err := p.conf.Reload(); err != nil {
 		logtag.Event(p.log, slog.LevelWarn, "", "CONFIG_RELOAD_FAILED", err, "keeping the previous configuration")

@@ -56,8 +56,10 @@ type creation struct {
 	// phases after admit need of it is kept in owner and base).
 	r     *http.Request
 	owner string // the authenticated user, if any
-	base  string // ws:// or wss:// and the host the client reached the hub by
-	ctx   context.Context
+	// tenant is whose share of the slots the request takes (-quotas).
+	tenant string
+	base   string // ws:// or wss:// and the host the client reached the hub by
+	ctx    context.Context
 	// cancel ends ctx: when the request's own context ends (unhook undoes
 	// that link), or when a detached request's client closes its connection.
 	cancel context.CancelFunc
@@ -86,6 +88,7 @@ type creation struct {
 // createSession is POST /session: parse, resolve, check, admit, start, register.
 func (h *Hub) createSession(w http.ResponseWriter, r *http.Request) {
 	c := &creation{id: strconv.FormatUint(h.reqIDs.Add(1), 10), w: w, r: r, owner: userOf(r), base: h.wsBase(r)}
+	c.tenant = h.tenantOf(r)
 	// The creation's own context, linked to the request's while the handler
 	// serves it: a request that waits detached from the handler outlives it,
 	// and holds none of the server's context values.
@@ -255,7 +258,7 @@ func (h *Hub) admit(c *creation) error {
 		// request queues, so even a no-wait request waits for it.
 		h.pool.Evict(c.id)
 	}
-	slot, out, waiting := h.queue.Enqueue(c.ctx, queue.Request{ID: c.id, NoWait: NoWait(c.r.Header), Cost: cost})
+	slot, out, waiting := h.queue.Enqueue(c.ctx, queue.Request{ID: c.id, NoWait: NoWait(c.r.Header), Cost: cost, Tenant: c.tenant})
 	if waiting != nil {
 		if h.detach(c) {
 			waiting.Notify(func(slot *queue.Slot, out queue.Outcome) { h.resume(c, slot, out) })

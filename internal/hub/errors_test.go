@@ -105,6 +105,14 @@ func createErrorCases() []createErrorCase {
 				synctest.Wait()
 			}, body: chrome,
 			status: 429, code: "session not created", msg: "-queue-max", retry: true, tag: "QUEUE_FULL"},
+		{name: "the tenant's maxQueued requests already wait", phase: phaseAdmit,
+			queue: queue.Options{Limit: 1, Timeout: time.Minute, Quotas: func() *queue.Quotas { q, _ := queue.ParseQuotas([]byte(`{"*": {"maxQueued": 1}}`)); return q }()},
+			prep: func(t *testing.T, f *fixture) {
+				holdSlot(t, f)
+				go f.do("POST", "/session", chrome) // waits its minute out
+				synctest.Wait()
+			}, body: chrome,
+			status: 429, code: "session not created", msg: "maxQueued", retry: true, tag: "QUEUE_QUOTA"},
 		{name: "-disable-queue, every slot busy", phase: phaseAdmit, queue: queue.Options{Limit: 1, Disabled: true}, prep: holdSlot, body: chrome,
 			status: 500, code: "session not created", msg: "-disable-queue", tag: "QUEUE_DISABLED"},
 		{name: "the hub is draining", phase: phaseAdmit, prep: func(t *testing.T, f *fixture) { f.hub.queue.Close() }, body: chrome,

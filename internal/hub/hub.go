@@ -93,6 +93,11 @@ type Options struct {
 	// one client (its user under -htpasswd, else its IP address) across all
 	// sessions. Zero: DefaultMaxSideChannelsPerClient.
 	MaxSideChannelsPerClient int
+	// TenantHeader is -tenant-header: without authentication, a request's
+	// tenant (its share of the slots, -quotas) is this header's value, set by
+	// a trusted front. Empty: one tenant for all. Under authentication the
+	// tenant is always the user.
+	TenantHeader string
 	// WarmPool is -warm-pool and -warm-pool-max-age: browsers started before
 	// they are asked for, each handed to one client (internal/pool). The zero
 	// value is off.
@@ -422,3 +427,17 @@ func (b *bufferPool) Get() []byte {
 }
 
 func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
+
+// tenantOf is whose share of the slots a request takes: its user under
+// authentication, else the -tenant-header value (bounded, as a trusted
+// front sets it), else "" for everyone.
+func (h *Hub) tenantOf(r *http.Request) string {
+	if h.opts.Auth != nil && h.opts.Auth.Enabled() {
+		return userOf(r)
+	}
+	if h.opts.TenantHeader == "" {
+		return ""
+	}
+	t := strings.TrimSpace(r.Header.Get(h.opts.TenantHeader))
+	return t[:min(len(t), queue.MaxTenantName)]
+}

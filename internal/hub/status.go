@@ -7,6 +7,7 @@ import (
 
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/pool"
+	"github.com/websummoner/websummoner/internal/queue"
 	"github.com/websummoner/websummoner/internal/session"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
@@ -54,6 +55,7 @@ func (h *Hub) selenoidStatus(w http.ResponseWriter, r *http.Request) {
 		},
 		"gate":     h.gateStats(),
 		"pool":     h.poolStats(),
+		"tenants":  h.tenantStats(r),
 		"draining": h.draining.Load(),
 		"version":  h.opts.Version,
 	})
@@ -155,6 +157,23 @@ func (h *Hub) readyz(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"value": map[string]any{"ready": true}})
+}
+
+// tenantStats is each tenant's share of the slots (-quotas), as the request's
+// user may see it: an operator, or anyone without authentication, sees every
+// tenant; a user sees their own row.
+func (h *Hub) tenantStats(r *http.Request) []queue.TenantStats {
+	all := h.queue.Tenants()
+	if h.opts.Auth == nil || !h.opts.Auth.Enabled() || h.opts.Auth.Admin(userOf(r)) {
+		return all
+	}
+	mine := []queue.TenantStats{}
+	for _, t := range all {
+		if t.Tenant == userOf(r) {
+			mine = append(mine, t)
+		}
+	}
+	return mine
 }
 
 // poolStats is the warm pool per browsers.json entry, nil while it is off.

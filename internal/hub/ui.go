@@ -91,6 +91,7 @@ func (h *Hub) uiState(w http.ResponseWriter, r *http.Request) {
 		"rejected":      rejected,
 		"gate":          h.gateStats(),
 		"pool":          h.poolStats(),
+		"tenants":       h.tenantStats(r),
 		"engine":        map[string]any{"ready": ready, "message": why},
 		"sessions":      append([]uiSession{}, mine...),
 		"listed":        listed,

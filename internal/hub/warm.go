@@ -183,6 +183,9 @@ func (h *Hub) claim(c *creation) bool {
 	if h.pool == nil {
 		return false
 	}
+	if !h.queue.MayStart(c.tenant) {
+		return false // the tenant is at its maxSessions: it waits, warm browser or not
+	}
 	k := pool.Key{Browser: c.browser.Name, Version: c.browser.Version}
 	if !poolShape(c.opts) {
 		h.pool.Missed(c.id, k)
@@ -205,6 +208,7 @@ func (h *Hub) claim(c *creation) bool {
 	}
 	w := item.(*warm)
 	c.slot, c.inst, c.warm = w.slot, w.inst, res
+	c.slot.Assign(c.tenant)
 	if res == pool.Hit {
 		c.driver, c.took = w.driver, time.Since(t0)
 	} else {

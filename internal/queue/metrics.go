@@ -18,7 +18,7 @@ func newMetrics(q *Queue, reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "websummoner_queue_rejected_total",
-			Help: "New-session requests refused by the queue, by reason: no_wait (client opted out, usually ggr), timeout (slow grid, consider raising -limit), shed (saturated grid, needs capacity), disabled (-disable-queue), shutdown (the hub is draining), full (-queue-max reached).",
+			Help: "New-session requests refused by the queue, by reason: no_wait (client opted out, usually ggr), timeout (slow grid, consider raising -limit), shed (saturated grid, needs capacity), disabled (-disable-queue), shutdown (the hub is draining), full (-queue-max reached), quota (the tenant's maxQueued in -quotas reached).",
 		}, []string{"reason"}),
 		wait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "websummoner_queue_wait_seconds",
@@ -26,7 +26,7 @@ func newMetrics(q *Queue, reg prometheus.Registerer) (*metrics, error) {
 			Buckets: []float64{0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 120, 300, 600, 1800},
 		}),
 	}
-	for _, r := range []Reason{ReasonNoWait, ReasonTimeout, ReasonShed, ReasonDisabled, ReasonClosed, ReasonFull} {
+	for _, r := range []Reason{ReasonNoWait, ReasonTimeout, ReasonShed, ReasonDisabled, ReasonClosed, ReasonFull, ReasonQuota} {
 		m.rejected.WithLabelValues(string(r))
 	}
 	b2f := func(b bool) float64 {
@@ -58,8 +58,42 @@ func newMetrics(q *Queue, reg prometheus.Registerer) (*metrics, error) {
 			Help: "Seconds since the last fast admission; above -queue-timeout the grid is saturated.",
 		}, func() float64 { return q.Stats().Idle.Seconds() }),
 	}
+	collectors = append(collectors, &tenantCollector{q})
 	if err := wsmetrics.Register(reg, collectors...); err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+var (
+	tenantSessionsDesc = prometheus.NewDesc("websummoner_tenant_sessions",
+		"Slots held by each tenant's sessions and starts: tenants named in -quotas by name, the rest as \"other\".", []string{"tenant"}, nil)
+	tenantWaitingDesc = prometheus.NewDesc("websummoner_tenant_waiting",
+		"Each tenant's requests waiting in the queue: tenants named in -quotas by name, the rest as \"other\".", []string{"tenant"}, nil)
+)
+
+// tenantCollector reads the tenants' counts at scrape time; labels are the
+// quotas file's names and "other", so a grid of many users keeps few series.
+type tenantCollector struct{ q *Queue }
+
+func (c *tenantCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- tenantSessionsDesc
+	ch <- tenantWaitingDesc
+}
+
+func (c *tenantCollector) Collect(ch chan<- prometheus.Metric) {
+	qs := c.q.Quotas()
+	sessions, waiting := map[string]int{"other": 0}, map[string]int{"other": 0}
+	for _, t := range c.q.Tenants() {
+		label := "other"
+		if qs.Named(t.Tenant) {
+			label = t.Tenant
+		}
+		sessions[label] += t.Sessions
+		waiting[label] += t.Waiting
+	}
+	for label, n := range sessions {
+		ch <- prometheus.MustNewConstMetric(tenantSessionsDesc, prometheus.GaugeValue, float64(n), label)
+		ch <- prometheus.MustNewConstMetric(tenantWaitingDesc, prometheus.GaugeValue, float64(waiting[label]), label)
+	}
 }

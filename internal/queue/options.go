@@ -39,6 +39,9 @@ type Options struct {
 	MaxWaiting int
 	// Gate, if set, must also permit a browser start for a request to be admitted.
 	Gate Gate
+	// Quotas share the slots between tenants (-quotas; SetQuotas replaces
+	// them). Nil: every tenant has weight 1 and no bound.
+	Quotas *Quotas
 
 	// FastThreshold is the longest wait that still counts as a fast admission:
 	// Timeout/20, at least 1s. Set by Resolve.

@@ -33,6 +33,9 @@ const (
 	ReasonDisabled Reason = "disabled"
 	// ReasonFull: the queue already holds -queue-max requests.
 	ReasonFull Reason = "full"
+	// ReasonQuota: the request's tenant already has its maxQueued requests
+	// waiting (-quotas).
+	ReasonQuota Reason = "quota"
 	// ReasonClosed: the hub is shutting down (Close).
 	ReasonClosed Reason = "shutdown"
 	// ReasonCancelled: the client went away first. Nothing is answered and no
@@ -103,6 +106,9 @@ type Request struct {
 	// Cost is what its start weighs with the start gate: the containers it
 	// starts (a browser with a video recorder is 2). Zero means 1.
 	Cost int
+	// Tenant is who the request is for (its user under -htpasswd): slots are
+	// shared between tenants by their quotas' weights. "" is everyone.
+	Tenant string
 }
 
 func (r Request) cost() int { return max(r.Cost, 1) }
@@ -131,6 +137,10 @@ type Outcome struct {
 
 	limit int
 	opts  *Options
+	// Tenant and quota are the tenant's name and its maxQueued, for a
+	// ReasonQuota message.
+	tenant string
+	quota  int
 }
 
 // Message explains a refusal to the client: which budget ran out, how long the
@@ -153,6 +163,8 @@ func (o Outcome) Message() string {
 		return fmt.Sprintf("all %d slots (-limit) are busy and %d requests already wait (-queue-max); retry later or raise -queue-max", o.limit, o.opts.MaxWaiting)
 	case ReasonClosed:
 		return "the hub is shutting down and admits no new sessions; retry on another hub or after the restart"
+	case ReasonQuota:
+		return fmt.Sprintf("quota: %d requests of %q already wait, its maxQueued (-quotas); retry later, or ask the grid's operator for a larger quota", o.quota, o.tenant)
 	}
 	return "admitted"
 }
@@ -166,6 +178,7 @@ type Slot struct {
 	started   atomic.Bool // the start permit has been given back
 	admitted  time.Time
 	cost      int
+	tenant    *tenant // whose session holds it (set under Queue.mu); nil for a spare slot not yet assigned
 }
 
 // Started reports how the browser start ended; from then on the session counts
@@ -185,7 +198,7 @@ func (s *Slot) Release() {
 		return
 	}
 	s.Started(StartIgnored)
-	s.q.release(s.releasing.Load())
+	s.q.release(s)
 }
 
 // Releasing says the slot's session has ended and its browser is being torn
@@ -214,6 +227,8 @@ type waiter struct {
 	fast    bool          // set with granted
 	ready   chan struct{} // closed when granted
 	elem    *list.Element // nil once out of the list
+	tenant  *tenant
+	telem   *list.Element // in tenant.waiters; nil once out of it
 	fire    func()        // set by Notify: called (under Queue.mu) when ready closes
 }
 
@@ -233,6 +248,8 @@ type Queue struct {
 	waiters   list.List         // of *waiter, oldest first
 	lastFast  time.Time         // time of the last fast admission; idle = now - lastFast
 	rejected  map[Reason]uint64 // refusals so far, by reason (Rejected)
+	tenants   map[string]*tenant
+	quotas    *Quotas
 }
 
 // New returns a queue. Options are resolved here, so raw flag values may be passed.
@@ -246,7 +263,7 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Queue, 
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	q := &Queue{opts: opts, log: logger, lastFast: time.Now(), drained: make(chan struct{})}
+	q := &Queue{opts: opts, log: logger, lastFast: time.Now(), drained: make(chan struct{}), quotas: opts.Quotas}
 	q.m, err = newMetrics(q, reg)
 	if err != nil {
 		return nil, err
@@ -358,14 +375,16 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 	if q.closed {
 		return nil, q.refuseLocked(r, Outcome{Idle: idle, limit: q.opts.Limit, opts: &q.opts}, ReasonClosed), nil
 	}
-	if q.inUse < q.opts.Limit && q.waiters.Len() == 0 && q.tryStartLocked(r.cost()) {
+	t := q.tenantLocked(r.Tenant)
+	if q.inUse < q.opts.Limit && q.waiters.Len() == 0 && q.mayRunLocked(t) && q.tryStartLocked(r.cost()) {
 		q.inUse++
+		t.running++
 		q.lastFast = now
 		q.mu.Unlock()
 		q.m.wait.Observe(0)
-		return &Slot{q: q, admitted: now, cost: r.cost()}, Outcome{Admitted: true, Fast: true, Idle: idle, limit: q.opts.Limit, opts: &q.opts}, nil
+		return &Slot{q: q, admitted: now, cost: r.cost(), tenant: t}, Outcome{Admitted: true, Fast: true, Idle: idle, limit: q.opts.Limit, opts: &q.opts}, nil
 	}
-	out := Outcome{Idle: idle, State: q.stateAt(idle), limit: q.opts.Limit, opts: &q.opts}
+	out := Outcome{Idle: idle, State: q.stateAt(idle), limit: q.opts.Limit, opts: &q.opts, tenant: r.Tenant}
 	switch {
 	case (q.opts.Disabled || r.NoWait) && q.releasing > q.waiters.Len():
 		// A slot is being torn down and none of the waiters ahead will take
@@ -377,6 +396,10 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 		return nil, q.refuseLocked(r, out, ReasonDisabled), nil
 	case r.NoWait:
 		return nil, q.refuseLocked(r, out, ReasonNoWait), nil
+	}
+	if mq := q.quotas.Of(r.Tenant).MaxQueued; mq > 0 && t.waiters.Len() >= mq {
+		out.quota = mq
+		return nil, q.refuseLocked(r, out, ReasonQuota), nil
 	}
 	if q.opts.MaxWaiting > 0 && q.waiters.Len() >= q.opts.MaxWaiting {
 		return nil, q.refuseLocked(r, out, ReasonFull), nil
@@ -432,8 +455,14 @@ func (q *Queue) Full() bool {
 // queueLocked puts r at the back of the queue with out's budget, and unlocks.
 func (q *Queue) queueLocked(ctx context.Context, r Request, now time.Time, out Outcome) (*Slot, Outcome, *Waiting) {
 	out.Queued = true
-	w := &waiter{req: r, ctx: ctx, queued: now, ready: make(chan struct{})}
+	w := &waiter{req: r, ctx: ctx, queued: now, ready: make(chan struct{}), tenant: q.tenantLocked(r.Tenant)}
 	w.elem = q.waiters.PushBack(w)
+	w.telem = w.tenant.waiters.PushBack(w)
+	if q.inUse < q.opts.Limit {
+		// A slot is free but the waiters ahead may not take it (their
+		// tenants are at maxSessions, or the gate holds them): this one may.
+		q.dispatchLocked(now)
+	}
 	q.mu.Unlock()
 	logtag.Event(q.log, slog.LevelDebug, r.ID, "QUEUED", out.State, "budget "+budgetString(out.Budget))
 	return nil, out, &Waiting{q: q, ctx: ctx, r: r, w: w, out: out}
@@ -446,7 +475,7 @@ func (q *Queue) settle(ctx context.Context, r Request, w *waiter, out Outcome) (
 	if w.granted {
 		q.mu.Unlock()
 		out.Waited, out.Fast = w.waited, w.fast
-		s := &Slot{q: q, admitted: w.queued.Add(w.waited), cost: r.cost()}
+		s := &Slot{q: q, admitted: w.queued.Add(w.waited), cost: r.cost(), tenant: w.tenant}
 		if ctx.Err() != nil {
 			// The client left as the slot arrived: pass it on rather than leak it.
 			s.Release()
@@ -507,6 +536,9 @@ func (q *Queue) refuseLocked(r Request, out Outcome, reason Reason) Outcome {
 		q.rejected = map[Reason]uint64{}
 	}
 	q.rejected[reason]++
+	if t := q.tenants[r.Tenant]; t != nil {
+		q.forgetLocked(t)
+	}
 	q.mu.Unlock()
 	q.m.rejected.WithLabelValues(string(reason)).Inc()
 	tag := map[Reason]string{
@@ -516,6 +548,7 @@ func (q *Queue) refuseLocked(r Request, out Outcome, reason Reason) Outcome {
 		ReasonShed:     "QUEUE_SHED",
 		ReasonClosed:   "QUEUE_CLOSED",
 		ReasonFull:     "QUEUE_FULL",
+		ReasonQuota:    "QUEUE_QUOTA",
 	}[reason]
 	waited := out.Waited.Round(time.Millisecond)
 	logtag.Event(q.log, slog.LevelInfo, r.ID, tag, out.State, logtag.Duration("waited "+waited.String(), waited),
@@ -547,13 +580,22 @@ func (q *Queue) removeLocked(w *waiter) {
 		q.waiters.Remove(w.elem)
 		w.elem = nil
 	}
+	if w.telem != nil {
+		w.tenant.waiters.Remove(w.telem)
+		w.telem = nil
+		q.forgetLocked(w.tenant)
+	}
 }
 
-func (q *Queue) release(releasing bool) {
+func (q *Queue) release(s *Slot) {
 	q.mu.Lock()
 	q.inUse--
-	if releasing {
+	if s.releasing.Load() {
 		q.releasing--
+	}
+	if t := s.tenant; t != nil {
+		t.running--
+		q.forgetLocked(t)
 	}
 	q.dispatchLocked(time.Now())
 	q.drainedLocked()
@@ -586,23 +628,20 @@ func (q *Queue) tryStartLocked(cost int) bool {
 	return q.opts.Gate == nil || q.opts.Gate.TryStart(cost)
 }
 
-// dispatchLocked hands free slots to the oldest live waiters. Waiters whose client
-// has gone are dropped on the way (their Acquire returns Cancelled), so a slot never
-// goes to a client that left. The admission's speed is judged here, at hand-over.
+// dispatchLocked hands free slots to live waiters, in nextLocked's order:
+// first in, first out with one tenant. Waiters whose client has gone are
+// dropped on the way (their Acquire returns Cancelled), so a slot never goes
+// to a client that left. The admission's speed is judged here, at hand-over.
 func (q *Queue) dispatchLocked(now time.Time) {
 	for q.inUse < q.opts.Limit {
-		e := q.waiters.Front()
-		if e == nil {
+		w := q.nextLocked()
+		if w == nil {
 			return
-		}
-		w := e.Value.(*waiter)
-		if w.ctx.Err() != nil {
-			q.removeLocked(w)
-			continue
 		}
 		if !q.tryStartLocked(w.req.cost()) {
 			return
 		}
+		w.tenant.running++ // before removeLocked, which forgets an idle tenant
 		q.removeLocked(w)
 		q.inUse++
 		w.granted = true

@@ -53,6 +53,12 @@ function render(st) {
       (p.filling ? ", " + p.filling + " starting" : "") + "</td></tr>").join("")
     : '<tr><td class="muted">empty</td></tr>';
 
+  const ts = st.tenants || [];
+  $("tenants").tBodies[0].innerHTML = ts.length ? ts.map((t) => "<tr><td>" + esc(t.tenant || "everyone") + "</td><td>" +
+    t.sessions + (t.maxSessions ? " of " + t.maxSessions : "") + " running, " + t.waiting + " waiting" +
+    (t.weight !== 1 ? ", weight " + t.weight : "") + "</td></tr>").join("")
+    : '<tr><td class="muted">none</td></tr>';
+
   const now = Date.now();
   history.push([now, st.rejected || {}]);
   while (history.length > 1 && history[0][0] < now - WINDOW) history.shift();

@@ -1,0 +1,290 @@
+package queue
+
+import (
+	"container/list"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Quota is one tenant's share of the grid (-quotas). A zero field takes its
+// default: weight 1, maxSessions and maxQueued unbounded.
+type Quota struct {
+	// Weight is the tenant's share of the running sessions relative to the
+	// others' while several wait: a tenant of weight 2 is given twice the
+	// sessions of one of weight 1.
+	Weight float64 `json:"weight,omitempty"`
+	// MaxSessions is the most sessions the tenant may hold at once; at it,
+	// the tenant's requests wait and take no free slot.
+	MaxSessions int `json:"maxSessions,omitempty"`
+	// MaxQueued is the most of the tenant's requests that may wait at once;
+	// one more is refused at once (ReasonQuota).
+	MaxQueued int `json:"maxQueued,omitempty"`
+}
+
+// DefaultTenant is the quotas file's entry for every tenant it does not name.
+const DefaultTenant = "*"
+
+// MaxTenantName bounds a tenant's name: a user name, or a trusted front's
+// header value.
+const MaxTenantName = 128
+
+// Quotas are the -quotas file: each named tenant's quota, and "*" for the
+// rest. The zero value (and nil) gives every tenant the defaults.
+type Quotas struct {
+	byName map[string]Quota
+	path   string
+}
+
+// ParseQuotas reads a quotas file's JSON: {"alice": {"weight": 2,
+// "maxSessions": 10, "maxQueued": 50}, "*": {"weight": 1}}. Errors name the
+// tenant and the field.
+func ParseQuotas(data []byte) (*Quotas, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return nil, fmt.Errorf("not a JSON object of tenants: %w", err)
+	}
+	q := &Quotas{byName: map[string]Quota{}}
+	for name, v := range raw {
+		if name == "" || len(name) > MaxTenantName {
+			return nil, fmt.Errorf("tenant %q: a name is 1 to %d bytes", name, MaxTenantName)
+		}
+		dec := json.NewDecoder(strings.NewReader(string(v)))
+		dec.DisallowUnknownFields()
+		var qt Quota
+		if err := dec.Decode(&qt); err != nil {
+			return nil, fmt.Errorf("tenant %q: %v (fields: weight, maxSessions, maxQueued)", name, err)
+		}
+		switch {
+		case qt.Weight < 0 || qt.Weight > 1e6 || math.IsNaN(qt.Weight):
+			return nil, fmt.Errorf("tenant %q: \"weight\" must be a positive number up to 1000000 (got %v)", name, qt.Weight)
+		case qt.MaxSessions < 0:
+			return nil, fmt.Errorf("tenant %q: \"maxSessions\" must be 0 (unbounded) or a positive count (got %d)", name, qt.MaxSessions)
+		case qt.MaxQueued < 0:
+			return nil, fmt.Errorf("tenant %q: \"maxQueued\" must be 0 (unbounded) or a positive count (got %d)", name, qt.MaxQueued)
+		}
+		q.byName[name] = qt
+	}
+	return q, nil
+}
+
+// LoadQuotas reads and parses a quotas file; the error names the file.
+func LoadQuotas(path string) (*Quotas, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("-quotas %s: %w", path, err)
+	}
+	q, err := ParseQuotas(data)
+	if err != nil {
+		return nil, fmt.Errorf("-quotas %s: %w", path, err)
+	}
+	q.path = path
+	return q, nil
+}
+
+// Of is the quota of a tenant, with defaults filled in.
+func (q *Quotas) Of(tenant string) Quota {
+	var qt Quota
+	if q != nil {
+		var ok bool
+		if qt, ok = q.byName[tenant]; !ok {
+			qt = q.byName[DefaultTenant]
+		}
+	}
+	if qt.Weight == 0 {
+		qt.Weight = 1
+	}
+	return qt
+}
+
+// Named reports whether the file names the tenant (metrics label it by its
+// name; the rest are "other", so labels stay bounded).
+func (q *Quotas) Named(tenant string) bool {
+	if q == nil || tenant == DefaultTenant {
+		return false
+	}
+	_, ok := q.byName[tenant]
+	return ok
+}
+
+// Names lists the tenants the file names, sorted.
+func (q *Quotas) Names() []string {
+	if q == nil {
+		return nil
+	}
+	var out []string
+	for n := range q.byName {
+		if n != DefaultTenant {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// tenant is one tenant's state in the queue, kept while it holds a slot or
+// waits.
+type tenant struct {
+	name    string
+	running int
+	waiters list.List // of *waiter, oldest first
+}
+
+// tenantLocked returns name's state, creating it.
+func (q *Queue) tenantLocked(name string) *tenant {
+	t := q.tenants[name]
+	if t == nil {
+		t = &tenant{name: name}
+		if q.tenants == nil {
+			q.tenants = map[string]*tenant{}
+		}
+		q.tenants[name] = t
+	}
+	return t
+}
+
+// forgetLocked drops a tenant's state once it holds and waits for nothing.
+func (q *Queue) forgetLocked(t *tenant) {
+	if t != nil && t.running == 0 && t.waiters.Len() == 0 {
+		delete(q.tenants, t.name)
+	}
+}
+
+// mayRunLocked reports whether t is below its maxSessions.
+func (q *Queue) mayRunLocked(t *tenant) bool {
+	m := q.quotas.Of(t.name).MaxSessions
+	return m == 0 || t.running < m
+}
+
+// nextLocked is the waiter a free slot goes to: of the tenants with a live
+// waiter and below their maxSessions, the one furthest below its weighted
+// share of the running sessions (the fewest running per unit of weight),
+// oldest waiter first on a tie; within a tenant, its oldest. Waiters whose
+// client has left are dropped on the way. With one tenant this is the
+// oldest waiter: first in, first out.
+func (q *Queue) nextLocked() *waiter {
+	if len(q.tenants) <= 1 {
+		for e := q.waiters.Front(); e != nil; e = q.waiters.Front() {
+			w := e.Value.(*waiter)
+			if w.ctx.Err() != nil {
+				q.removeLocked(w)
+				continue
+			}
+			if !q.mayRunLocked(w.tenant) {
+				return nil
+			}
+			return w
+		}
+		return nil
+	}
+	var (
+		best      *waiter
+		bestShare float64
+	)
+	for _, t := range q.tenants {
+		var front *waiter
+		for e := t.waiters.Front(); e != nil; e = t.waiters.Front() {
+			w := e.Value.(*waiter)
+			if w.ctx.Err() == nil {
+				front = w
+				break
+			}
+			q.removeLocked(w)
+		}
+		if front == nil || !q.mayRunLocked(t) {
+			continue
+		}
+		share := float64(t.running) / q.quotas.Of(t.name).Weight
+		if best == nil || share < bestShare || share == bestShare && (front.queued.Before(best.queued) ||
+			front.queued.Equal(best.queued) && t.name < best.tenant.name) {
+			best, bestShare = front, share
+		}
+	}
+	return best
+}
+
+// SetQuotas replaces the quotas (a reload): counts carry over, and a slot
+// free for a tenant the new quotas let run is handed out at once.
+func (q *Queue) SetQuotas(qs *Quotas) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.quotas = qs
+	q.dispatchLocked(time.Now())
+}
+
+// Quotas returns the quotas in force (nil: every tenant has the defaults).
+func (q *Queue) Quotas() *Quotas {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.quotas
+}
+
+// MayStart reports whether tenant may take a slot now without waiting: it
+// is below its maxSessions. A warm browser is handed over only then.
+func (q *Queue) MayStart(tenant string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	t := q.tenants[tenant]
+	return t == nil || q.mayRunLocked(t)
+}
+
+// Assign gives a slot taken for no one (Spare) to tenant: a warm browser
+// handed to a client now counts as that tenant's session.
+func (s *Slot) Assign(tenant string) {
+	if s == nil {
+		return
+	}
+	s.q.mu.Lock()
+	defer s.q.mu.Unlock()
+	if s.tenant != nil || s.released.Load() {
+		return
+	}
+	s.tenant = s.q.tenantLocked(tenant)
+	s.tenant.running++
+}
+
+// TenantStats is one tenant's share of the grid now.
+type TenantStats struct {
+	// Tenant is the tenant's name ("" is everyone, without authentication).
+	Tenant string `json:"tenant"`
+	// Sessions are the slots it holds; Waiting its queued requests.
+	Sessions int `json:"sessions"`
+	Waiting  int `json:"waiting"`
+	// Weight, MaxSessions and MaxQueued are its quota (0: unbounded).
+	Weight      float64 `json:"weight"`
+	MaxSessions int     `json:"maxSessions"`
+	MaxQueued   int     `json:"maxQueued"`
+}
+
+// Tenants lists every tenant that holds a slot or waits, and every tenant
+// the quotas name, sorted by name.
+func (q *Queue) Tenants() []TenantStats {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	seen := map[string]bool{}
+	var out []TenantStats
+	add := func(name string, t *tenant) {
+		if seen[name] {
+			return
+		}
+		seen[name] = true
+		qt := q.quotas.Of(name)
+		st := TenantStats{Tenant: name, Weight: qt.Weight, MaxSessions: qt.MaxSessions, MaxQueued: qt.MaxQueued}
+		if t != nil {
+			st.Sessions, st.Waiting = t.running, t.waiters.Len()
+		}
+		out = append(out, st)
+	}
+	for name, t := range q.tenants {
+		add(name, t)
+	}
+	for _, name := range q.quotas.Names() {
+		add(name, nil)
+	}
+	slices.SortFunc(out, func(a, b TenantStats) int { return strings.Compare(a.Tenant, b.Tenant) })
+	return out
+}

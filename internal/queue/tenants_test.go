@@ -1,0 +1,206 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// acquireAs is harness.acquire for a tenant's request.
+func (h *harness) acquireAs(tenant, id string) *pending {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &pending{done: make(chan struct{}), cancel: cancel}
+	go func() {
+		defer close(p.done)
+		p.slot, p.out = h.q.Acquire(ctx, Request{ID: id, Tenant: tenant})
+	}()
+	synctest.Wait()
+	return p
+}
+
+func mustQuotas(t *testing.T, doc string) *Quotas {
+	t.Helper()
+	q, err := ParseQuotas([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+// A latecomer behind another tenant's flood takes the next free slot: FIFO
+// would make it wait for the whole flood.
+func TestLatecomerBehindAFlood(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Options{Limit: 2})
+		var flood []*pending
+		for i := range 20 {
+			flood = append(flood, h.acquireAs("nightly", fmt.Sprint("n", i)))
+		}
+		late := h.acquireAs("alice", "a")
+		if late.finished() {
+			t.Fatal("the latecomer was admitted with every slot busy")
+		}
+		flood[0].slot.Release()
+		synctest.Wait()
+		if !late.finished() || !late.out.Admitted {
+			t.Fatal("the first free slot went to the flood, not to the tenant with no session")
+		}
+		if flood[2].finished() {
+			t.Fatal("the flood got a slot the latecomer took")
+		}
+		if got := h.metric("websummoner_tenant_sessions", "tenant", "other"); got != 2 {
+			t.Fatalf("tenant_sessions{other} = %v, want 2", got)
+		}
+		late.slot.Release()
+		synctest.Wait()
+		if !flood[2].finished() {
+			t.Fatal("with the latecomer gone, the flood is first in, first out")
+		}
+		for _, p := range flood {
+			if p.finished() && p.slot != nil {
+				p.slot.Release()
+			} else {
+				p.cancel()
+			}
+		}
+		synctest.Wait()
+	})
+}
+
+// Under saturation, weights 1:2 share the starts 1:2.
+func TestWeightsShareStarts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Options{Limit: 6, Quotas: mustQuotas(t, `{"a": {"weight": 1}, "b": {"weight": 2}}`)})
+		var held []*pending
+		starts := map[string]int{}
+		waiting := map[string][]*pending{}
+		refill := func(tenant string) {
+			for len(waiting[tenant]) < 10 {
+				waiting[tenant] = append(waiting[tenant], h.acquireAs(tenant, tenant))
+			}
+		}
+		collect := func() {
+			for _, tenant := range []string{"a", "b"} {
+				var still []*pending
+				for _, p := range waiting[tenant] {
+					if p.finished() {
+						held = append(held, p)
+						starts[tenant]++
+					} else {
+						still = append(still, p)
+					}
+				}
+				waiting[tenant] = still
+				refill(tenant)
+			}
+		}
+		refill("a")
+		refill("b")
+		collect()
+		starts = map[string]int{}
+		for range 300 { // sessions end oldest first; each free slot is handed on
+			held[0].slot.Release()
+			held = held[1:]
+			synctest.Wait()
+			collect()
+		}
+		ratio := float64(starts["b"]) / float64(starts["a"])
+		if ratio < 1.8 || ratio > 2.2 {
+			t.Fatalf("starts a:b = %d:%d (b/a %.2f), want 1:2 within ±10%%", starts["a"], starts["b"], ratio)
+		}
+		for _, p := range held {
+			p.slot.Release()
+		}
+		for _, ps := range waiting {
+			for _, p := range ps {
+				p.cancel()
+			}
+		}
+		synctest.Wait()
+	})
+}
+
+// A tenant at maxSessions waits and takes no free slot; another tenant's
+// request takes it at once. A reload that lifts the bound admits the waiter.
+func TestMaxSessionsAndReload(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Options{Limit: 3, Quotas: mustQuotas(t, `{"a": {"maxSessions": 1}}`)})
+		a1 := h.acquireAs("a", "a1")
+		a2 := h.acquireAs("a", "a2")
+		if !a1.finished() || a2.finished() {
+			t.Fatal("a tenant at maxSessions 1 was given a second slot")
+		}
+		b := h.acquireAs("b", "b1")
+		if !b.finished() || !b.out.Admitted {
+			t.Fatal("a free slot was held back from another tenant behind a waiting one at its maxSessions")
+		}
+		if h.q.MayStart("a") || !h.q.MayStart("b") {
+			t.Fatal("MayStart disagrees with maxSessions")
+		}
+		h.q.SetQuotas(mustQuotas(t, `{"a": {"maxSessions": 2}}`))
+		synctest.Wait()
+		if !a2.finished() || !a2.out.Admitted {
+			t.Fatal("a reload that raised maxSessions left the waiter waiting by a free slot")
+		}
+		for _, p := range []*pending{a1, a2, b} {
+			p.slot.Release()
+		}
+		if st := h.q.Stats(); st.InUse != 0 || len(h.q.Tenants()) != 1 { // "a" is named in the quotas
+			t.Fatalf("after every release: %+v %+v", st, h.q.Tenants())
+		}
+	})
+}
+
+// A request past its tenant's maxQueued is refused at once: 429's reason
+// quota, with Retry-After, counted and logged; other tenants still queue.
+func TestMaxQueued(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Options{Limit: 1, Timeout: time.Minute, Quotas: mustQuotas(t, `{"*": {"maxQueued": 2}}`)})
+		held := h.acquireAs("x", "x0")
+		w1, w2 := h.acquireAs("a", "a1"), h.acquireAs("a", "a2")
+		over := h.acquireAs("a", "a3")
+		if !over.finished() || over.out.Reason != ReasonQuota || over.out.RetryAfter < time.Second {
+			t.Fatalf("the third waiting request of a tenant with maxQueued 2: %+v", over.out)
+		}
+		if msg := over.out.Message(); !strings.Contains(msg, `"a"`) || !strings.Contains(msg, "maxQueued") {
+			t.Fatalf("the refusal does not name the tenant and the quota: %q", msg)
+		}
+		if !strings.Contains(h.logs.take(), "[QUEUE_QUOTA]") || h.metric("websummoner_queue_rejected_total", "reason", "quota") != 1 {
+			t.Fatal("a quota refusal not logged as [QUEUE_QUOTA] or not counted")
+		}
+		other := h.acquireAs("b", "b1")
+		if other.finished() {
+			t.Fatal("another tenant's request was refused for a's quota")
+		}
+		for _, p := range []*pending{w1, w2, other} {
+			p.cancel()
+		}
+		held.slot.Release()
+		synctest.Wait()
+	})
+}
+
+func TestParseQuotas(t *testing.T) {
+	q := mustQuotas(t, `{"alice": {"weight": 2, "maxSessions": 10, "maxQueued": 50}, "*": {"weight": 1}}`)
+	if a := q.Of("alice"); a.Weight != 2 || a.MaxSessions != 10 || a.MaxQueued != 50 {
+		t.Fatalf("alice: %+v", a)
+	}
+	if o := q.Of("bob"); o.Weight != 1 || o.MaxSessions != 0 {
+		t.Fatalf("bob (by *): %+v", o)
+	}
+	if !q.Named("alice") || q.Named("bob") || q.Named("*") {
+		t.Fatal("Named")
+	}
+	var nilQ *Quotas
+	if nilQ.Of("x").Weight != 1 {
+		t.Fatal("nil quotas: weight 1")
+	}
+	for _, bad := range []string{`[]`, `{"a": {"weight": -1}}`, `{"a": {"maxSessions": -2}}`, `{"a": {"maxQueued": -1}}`, `{"a": {"wieght": 2}}`, `{"": {}}`} {
+		if _, err := ParseQuotas([]byte(bad)); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
