@@ -334,3 +334,61 @@ func TestWarmPoolInStatus(t *testing.T) {
 		}
 	})
 }
+
+// Without authentication, -tenant-header names the tenant: a tenant at its
+// maxSessions waits, and neither a free slot nor a ready browser goes to it.
+func TestTenantHeaderAndMaxSessions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		qs, err := queue.ParseQuotas([]byte(`{"team-a": {"maxSessions": 1}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := &stubLauncher{mem: newMemTransport()}
+		f := newFixture(t, queue.Options{Limit: 3, Timeout: time.Minute, Quotas: qs}, Options{TenantHeader: "X-Team", WarmPool: pool.Options{Size: 1}}, l)
+		t.Cleanup(func() { f.hub.pool.Close(); synctest.Wait() })
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		resp, body := f.do("POST", "/session", w3cChrome, "X-Team", "team-a")
+		if resp.StatusCode != 200 {
+			t.Fatalf("team-a's first: %d %v", resp.StatusCode, body)
+		}
+		first := sessionID(t, body)
+		time.Sleep(2 * time.Second) // the pool refills
+		synctest.Wait()
+		done := make(chan int, 1)
+		go func() {
+			resp, _ := f.do("POST", "/session", w3cChrome, "X-Team", "team-a")
+			done <- resp.StatusCode
+		}()
+		synctest.Wait()
+		select {
+		case code := <-done:
+			t.Fatalf("team-a past its maxSessions got an answer at once: %d", code)
+		default:
+		}
+		if st := f.hub.pool.Stats(); len(st) != 1 || st[0].Ready != 1 {
+			t.Fatalf("a tenant at its maxSessions took the ready browser: %+v", st)
+		}
+		resp, body = f.do("POST", "/session", w3cChrome, "X-Team", "team-b")
+		if resp.StatusCode != 200 {
+			t.Fatalf("team-b: %d %v", resp.StatusCode, body)
+		}
+		rows := map[string]float64{}
+		_, st := f.do("GET", "/status", "")
+		for _, r := range st["tenants"].([]any) {
+			r := r.(map[string]any)
+			rows[r["tenant"].(string)] = r["sessions"].(float64)
+		}
+		if rows["team-a"] != 1 || rows["team-b"] != 1 {
+			t.Fatalf("/status tenants = %v, want team-a 1 and team-b 1 (the ready browser counted as team-b's once taken)", rows)
+		}
+		f.do("DELETE", "/session/"+first, "")
+		synctest.Wait()
+		if code := <-done; code != 200 {
+			t.Fatalf("team-a's waiting request once its session ended: %d", code)
+		}
+		for _, s := range f.sess.List() {
+			f.do("DELETE", "/session/"+s.ID, "")
+		}
+	})
+}
