@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what WebSummoner's hub needs on a fresh Debian machine of this kind:
-# Chromium and its driver, Python Selenium (the end-to-end tests' client and the
+# Chromium and its driver, WebKit's (MiniBrowser on Xvfb), Python Selenium (the end-to-end tests' client and the
 # README's example), and the Go modules; with "test", also what only the tests
-# use (ffmpeg, Prometheus, Alertmanager, valgrind, gcc). Safe to run again: it installs only
+# use (ffmpeg, Prometheus, Alertmanager, valgrind, gcc, Ruby's Selenium). Safe to run again: it installs only
 # what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,11 @@ command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
 # Each local driver runs in a sandbox of its own under -htpasswd (-process-sandbox).
 command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
 /usr/bin/python3 -c 'import selenium' >/dev/null 2>&1 || need+=(python3-selenium)
+# WebKit (browsers.local.json's MiniBrowser): its driver, the engine, and the
+# virtual screen each session runs on.
+command -v WebKitWebDriver >/dev/null 2>&1 || need+=(webkit2gtk-driver)
+[ -x /usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser ] || need+=(libwebkit2gtk-4.1-0)
+command -v xvfb-run >/dev/null 2>&1 || need+=(xvfb xauth)
 if [ "${1:-}" = test ]; then
   # For the tests only: ffprobe checks recorded videos; Prometheus, promtool and
   # Alertmanager run the alerting tests; valgrind counts the proxy's
@@ -23,6 +28,8 @@ if [ "${1:-}" = test ]; then
   command -v prometheus-alertmanager >/dev/null 2>&1 || need+=(prometheus-alertmanager)
   # gcc builds the shared object of the process launcher's LD_PRELOAD test.
   command -v gcc >/dev/null 2>&1 || need+=(gcc)
+  # Ruby's Selenium client: a second client language for the WebKit tests.
+  ruby -e 'require "selenium-webdriver"' >/dev/null 2>&1 || need+=(ruby-selenium-webdriver)
 fi
 if [ "${#need[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -62,6 +62,11 @@ type Browser struct {
 	// applicationContainers may name; they join the session's own network
 	// while it lives. A container not listed is refused.
 	AllowedApplicationContainers []string `json:"allowedApplicationContainers,omitempty"`
+	// Display runs a local driver command on a virtual X screen of its own
+	// (a WebSummoner addition): under xvfb-run, sized by the session's
+	// screenResolution, stopped with the session. For browsers that need a
+	// display (WebKit's MiniBrowser); containers bring their own.
+	Display bool `json:"display,omitempty"`
 	// Warm is how many ready browsers of this entry -warm-pool N keeps (a
 	// WebSummoner addition): it overrides N for a default version and puts
 	// another version in the pool. Zero: N for the default version, none

@@ -313,6 +313,7 @@ func (h *Hub) startAttempts(c *creation) error {
 		}
 		ds, err := h.newDriverSession(c.ctx, inst, forInstance(body, inst), c.browser)
 		if err == nil {
+			h.sizeWindow(c, inst, ds.ID)
 			c.inst, c.driver, c.took = inst, ds, time.Since(t0)
 			h.m.startSeconds.WithLabelValues(c.browser.Name, c.browser.Version).Observe(c.took.Seconds())
 			if h.pool != nil {
@@ -354,6 +355,7 @@ func (h *Hub) register(c *creation) error {
 	// Before Add: the registry takes the instance's endpoints as they are then.
 	c.inst.SessionCreated(c.driver.ID, c.driver.Caps)
 	s.BiDiPath = bidiPath(c.driver.Caps)
+	s.WebKit = webkit(c)
 	if err := h.sessions.Add(s, c.slot); err != nil {
 		return err
 	}

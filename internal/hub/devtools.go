@@ -49,6 +49,11 @@ func (h *Hub) devtools(w http.ResponseWriter, r *http.Request) {
 	// (proxySocket) keeps the session alive, not the socket being open.
 	h.sessions.Done(s)
 	dt := s.Endpoints().DevTools
+	if s.WebKit {
+		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation,
+			fmt.Sprintf("session %s is WebKit (%s), which has no DevTools endpoint: CDP is Chromium's; drive it through WebDriver", s.ID, s.Browser))
+		return
+	}
 	if dt == nil {
 		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation,
 			fmt.Sprintf("session %s has no DevTools: its browser does not report a debugger address, or its image does not serve DevTools on port 7070", s.ID))

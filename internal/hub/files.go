@@ -3,11 +3,13 @@ package hub
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"html"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -18,6 +20,8 @@ import (
 
 	"github.com/gorilla/mux"
 
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
@@ -274,6 +278,40 @@ func withScreen(body []byte, screen string) []byte {
 		}
 		opts["args"] = append(list, args...)
 	})
+}
+
+// webkit reports a session of WebKit (WebKitGTK's MiniBrowser): an entry that
+// runs on a display of its own, or whose driver gets webkitgtk:browserOptions.
+// Its driver has no flag for the window's size and no /file.
+func webkit(c *creation) bool {
+	if c.browser.Browser != nil && c.browser.Display {
+		return true
+	}
+	_, entry := c.browser.Caps[webkitOptions]
+	_, client := c.caps[webkitOptions]
+	return entry || client
+}
+
+// webkitOptions are WebKitGTK's capabilities.
+const webkitOptions = "webkitgtk:browserOptions"
+
+// sizeWindow makes a WebKit browser window (MiniBrowser)
+// as large as the session's screenResolution, through WebDriver's own Set
+// Window Rect: such a browser has no flag for it, and its default window is
+// smaller than the screen. A failure costs the client only the size, and is
+// logged.
+func (h *Hub) sizeWindow(c *creation, inst launcher.Instance, id string) {
+	w, ht, _, ok := webdriver.ParseScreen(c.opts.ScreenResolution)
+	if !webkit(c) || !ok {
+		return
+	}
+	body, _ := json.Marshal(map[string]int{"x": 0, "y": 0, "width": w, "height": ht})
+	ctx, cancel := context.WithTimeout(c.ctx, h.opts.SessionAttemptTimeout)
+	defer cancel()
+	status, data, err := h.driverCall(ctx, http.MethodPost, inst.Endpoints().Driver.JoinPath("session", id, "window", "rect"), body, 1<<20)
+	if err != nil || status != http.StatusOK {
+		logtag.Event(h.log, slog.LevelWarn, c.id, "WINDOW_NOT_SIZED", c.browser.String(), fmt.Sprintf("status %d", status), err, webdriver.Truncate(data, 200))
+	}
 }
 
 // withChromium edits the options of a Chromium-based browser (Chrome, Chromium,

@@ -70,6 +70,10 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 		if !h.checkUpload(w, r) { // the zip's decompressed size is bounded too
 			return
 		}
+		if s.WebKit { // WebKitWebDriver has no /file
+			h.storeUpload(w, r, s)
+			return
+		}
 	}
 	h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, s)))
 }

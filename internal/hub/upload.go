@@ -4,14 +4,21 @@ import (
 	"archive/zip"
 	"bytes"
 	"compress/flate"
+	"context"
+	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 
+	"github.com/websummoner/websummoner/internal/session"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
@@ -159,4 +166,100 @@ func entrySize(data []byte, f *zip.File, limit int64) (int64, error) {
 		err = nil
 	}
 	return n, err
+}
+
+// storeUpload stores a file upload for a driver that has no /file of its own
+// (WebKitWebDriver), as Selenium Grid's node does: the zip's one file goes to
+// a directory of the session's that its browser can read — under a local
+// driver's download directory (which its sandbox binds), or through the
+// image's file server into its container — and the answer is its path, for
+// the client's next "send keys" to the file input. The body has been
+// checked (checkUpload): its size is bounded.
+func (h *Hub) storeUpload(w http.ResponseWriter, r *http.Request, s *session.Session) {
+	var in struct {
+		File string `json:"file"`
+	}
+	body, _ := io.ReadAll(r.Body)
+	if err := json.Unmarshal(body, &in); err != nil || in.File == "" {
+		webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument, `a file upload is {"file": "<base64 of a zip of one file>"}`)
+		return
+	}
+	name, data, err := uploadedFile(in.File, h.opts.MaxUploadSize)
+	if err != nil {
+		webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument, "the file upload: "+err.Error())
+		return
+	}
+	token := make([]byte, 8)
+	_, _ = rand.Read(token)
+	sub := hex.EncodeToString(token)
+	files := s.Endpoints().Files
+	var path string
+	switch {
+	case files != nil && files.Scheme == "file":
+		dir := filepath.Join(files.Path, ".uploads", sub)
+		if err = os.MkdirAll(dir, 0o755); err == nil {
+			path = filepath.Join(dir, name)
+			err = os.WriteFile(path, data, 0o644)
+		}
+	case files != nil:
+		path, err = h.uploadToImage(r.Context(), files, sub, name, data)
+	default:
+		err = errors.New("its browser has no file server to receive it (port 8080 of Selenoid's image contract)")
+	}
+	if err != nil {
+		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnknownError, fmt.Sprintf("session %s: storing the file upload %q: %v", s.ID, name, err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"value": path})
+}
+
+// uploadedFile is the one file of an upload's zip: its base name and bytes,
+// read at most to limit.
+func uploadedFile(b64 string, limit int64) (string, []byte, error) {
+	data, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return "", nil, fmt.Errorf("not base64: %w", err)
+	}
+	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
+	if err != nil && !errors.Is(err, zip.ErrInsecurePath) {
+		return "", nil, fmt.Errorf("not a zip: %w", err)
+	}
+	if len(zr.File) != 1 {
+		return "", nil, fmt.Errorf("the zip has %d entries; this browser takes one file at a time", len(zr.File))
+	}
+	f := zr.File[0]
+	name := filepath.Base(filepath.Clean("/" + strings.ReplaceAll(f.Name, `\`, "/")))
+	if name == "/" || name == "." || strings.HasPrefix(name, ".") {
+		return "", nil, fmt.Errorf("the zip's entry %q is not a plain file name", f.Name)
+	}
+	rc, err := f.Open()
+	if err != nil {
+		return "", nil, err
+	}
+	defer rc.Close()
+	out, err := io.ReadAll(io.LimitReader(rc, limit+1))
+	if err != nil {
+		return "", nil, err
+	}
+	if int64(len(out)) > limit {
+		return "", nil, errUploadTooLarge
+	}
+	return name, out, nil
+}
+
+// uploadToImage hands an upload to the image's file server (cmd/fileserver:
+// POST /.uploads/{dir}/{name}), which stores it beside, not among, the
+// downloads, and answers the path inside the container.
+func (h *Hub) uploadToImage(ctx context.Context, files *url.URL, sub, name string, data []byte) (string, error) {
+	u := files.JoinPath(".uploads", sub, name)
+	ctx, cancel := context.WithTimeout(ctx, h.opts.SessionAttemptTimeout)
+	defer cancel()
+	status, answer, err := h.driverCall(ctx, http.MethodPost, u, data, 4096)
+	if err != nil {
+		return "", err
+	}
+	if status != http.StatusOK || !strings.HasPrefix(string(answer), "/") {
+		return "", fmt.Errorf("the image's file server answered %d %q (an image without the project's file server cannot take uploads for WebKit)", status, webdriver.Truncate(answer, 200))
+	}
+	return strings.TrimSpace(string(answer)), nil
 }

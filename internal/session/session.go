@@ -71,6 +71,9 @@ type Session struct {
 	// BiDiPath is the path of the driver's WebDriver BiDi socket on its own port,
 	// when the client asked for webSocketUrl; "" otherwise.
 	BiDiPath string
+	// WebKit says the session's browser is WebKit's MiniBrowser: its driver
+	// has no /file (the hub stores uploads itself) and it has no DevTools.
+	WebKit   bool
 	Started  time.Time
 	Instance launcher.Instance
 	// Idle is this session's idle timeout (-timeout, or its sessionTimeout).

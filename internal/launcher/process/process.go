@@ -265,6 +265,9 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 			logtag.Event(l.log, slog.LevelInfo, r.ID, "NO_SPAWNER", "drivers are started from the hub's own descriptor table: "+l.spawnErr.Error(), "each start slows with the connections the hub holds")
 		})
 	}
+	if r.Browser.Display {
+		argv = append(displayCommand(r.Options), argv...)
+	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		inst.discard()
@@ -688,4 +691,20 @@ func (w *lineLogger) Write(p []byte) (int, error) {
 		w.partial = w.partial[i+1:]
 	}
 	return len(p), nil
+}
+
+// DefaultScreen is a "display" entry's screen when the session asks for none.
+const DefaultScreen = "1920x1080x24"
+
+// displayCommand runs a driver that needs an X display (WebKit's MiniBrowser)
+// on a virtual screen of its own: xvfb-run picks a free display number (-a),
+// sizes the screen as the session's screenResolution asks, and ends Xvfb
+// when the driver ends; both are in the driver's process group, so a
+// session's end stops both.
+func displayCommand(o webdriver.Options) []string {
+	screen := DefaultScreen
+	if w, h, depth, ok := webdriver.ParseScreen(o.ScreenResolution); ok {
+		screen = fmt.Sprintf("%dx%dx%d", w, h, depth)
+	}
+	return []string{"xvfb-run", "-a", "-s", "-screen 0 " + screen}
 }
