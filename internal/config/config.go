@@ -176,6 +176,9 @@ func Parse(data []byte, dockerAllowed bool) (Browsers, error) {
 			if b.ShmSize < 0 {
 				return nil, fmt.Errorf("%s: \"shmSize\" must not be negative", where)
 			}
+			if b.Display && !b.Image.IsCommand() {
+				return nil, fmt.Errorf("%s: \"display\" gives a local driver command a virtual screen; a container's image brings its own (remove it)", where)
+			}
 			if b.Warm < 0 || b.Warm > 1000 {
 				return nil, fmt.Errorf("%s: \"warm\" must be a count of ready browsers from 0 to 1000 (got %d)", where, b.Warm)
 			}

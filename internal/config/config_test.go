@@ -71,6 +71,8 @@ func TestValidationNamesBrowserVersionField(t *testing.T) {
 		{`{"chrome": {"versions": {"1": {"image": "x", "port": "http"}}}}`, `browser "chrome" version "1": "port" "http" must be a number`},
 		{`{"chrome": {"versions": {"1": {"image": "x", "path": "wd/hub"}}}}`, `browser "chrome" version "1": "path" "wd/hub" must start with /`},
 		{`{"chrome": {"versions": {"1": {"image": "x", "env": ["NOEQ"]}}}}`, `"env" entry "NOEQ" must be NAME=value`},
+		{`{"chrome": {"versions": {"1": {"image": "x", "display": true}}}}`, `browser "chrome" version "1": "display" gives a local driver command a virtual screen`},
+		{`{"chrome": {"versions": {"1": {"image": ["x"], "warm": -1}}}}`, `browser "chrome" version "1": "warm" must be a count`},
 		{"{\n\"chrome\": {,}}", "line 2:"},
 		{`{}`, "no browsers configured"},
 		{`{"chrome": {"versions": {"1": {"image": "x"}}}} {"more": 1}`, "unexpected content after the top-level object"},
