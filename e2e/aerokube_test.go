@@ -296,14 +296,26 @@ func TestAerokubeChromeThroughHub(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("POST /clipboard/%s: %d %s", id, resp.StatusCode, body)
 		}
-		resp, err = http.Get(d.url + "/clipboard/" + id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ = io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || !bytes.Equal(body, []byte(text)) {
-			t.Fatalf("GET /clipboard/%s: %d %q, want %q", id, resp.StatusCode, body, text)
+		// aerokube's xseld copies xsel's output to the answer on a goroutine
+		// that races the handler's return, so a GET may answer 200 with an
+		// empty body (under Selenoid too): the text must come back within a
+		// few reads, and nothing else ever may.
+		var status int
+		got := waitFor(30*time.Second, func() bool {
+			resp, err := http.Get(d.url + "/clipboard/" + id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			status = resp.StatusCode
+			if status != 200 || len(body) > 0 && !bytes.Equal(body, []byte(text)) {
+				t.Fatalf("GET /clipboard/%s: %d %q, want %q", id, status, body, text)
+			}
+			return bytes.Equal(body, []byte(text))
+		})
+		if !got {
+			t.Fatalf("GET /clipboard/%s: %d %q for 30s, want %q", id, status, body, text)
 		}
 	})
 
