@@ -89,11 +89,13 @@ func shippedDockerConfig(t *testing.T) string {
 
 // webkitDockerSeen is what testdata/webkit_docker.py saw.
 type webkitDockerSeen struct {
-	Session   string         `json:"session"`
-	Caps      map[string]any `json:"caps"`
-	Value     string         `json:"value"`
-	UserAgent string         `json:"userAgent"`
-	Window    [2]int         `json:"window"`
+	Session    string         `json:"session"`
+	Caps       map[string]any `json:"caps"`
+	Value      string         `json:"value"`
+	UserAgent  string         `json:"userAgent"`
+	Upload     string         `json:"upload"`
+	UploadWant string         `json:"uploadWant"`
+	Window     [2]int         `json:"window"`
 }
 
 // pngColourAt decodes a PNG file and returns the colour at (x, y).
@@ -189,6 +191,9 @@ func TestDockerWebKit(t *testing.T) {
 		}
 		if s.Window != [2]int{1280, 1024} {
 			t.Errorf("window %v, want the screen's [1280 1024]", s.Window)
+		}
+		if s.Upload == "" || s.Upload != s.UploadWant {
+			t.Errorf("the file input holds %q, want %q (the client's file, uploaded into the container)", s.Upload, s.UploadWant)
 		}
 	})
 

@@ -65,22 +65,24 @@ func TestLocalWebKit(t *testing.T) {
 	requireRealParts(t)
 	requireWebKit(t)
 	h := startHub(t, "-limit", "2")
-	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, python, "testdata/webkit.py", h.url+"/wd/hub", "1280x1024x24").Output()
-	if err != nil {
-		t.Fatalf("python client: %v %s", err, out)
+	client := startWaitingClient(t, "testdata/webkit.py", h.url+"/wd/hub", "1280x1024x24", "wait")
+	var created struct{ Created string }
+	if err := json.Unmarshal([]byte(client.out.Text()), &created); err != nil || created.Created == "" {
+		t.Fatalf("python client's first line %q: %v", client.out.Text(), err)
+	}
+	// While the session lives: /devtools/ says WebKit has none.
+	status := call(t, "GET", h.url+"/devtools/"+created.Created+"/json/version", "")
+	if status.status < 400 || status.Value.Error == "" || !strings.Contains(status.Value.Message, "WebKit") {
+		t.Errorf("/devtools/ of a WebKit session: %d %+v, want a W3C error saying WebKit has none", status.status, status.Value)
 	}
 	var s webkitSeen
-	if err := json.Unmarshal(out, &s); err != nil {
-		t.Fatalf("python client output %q: %v", out, err)
+	if last := client.finish(t); json.Unmarshal([]byte(last), &s) != nil {
+		t.Fatalf("python client output %q", last)
 	}
 	checkWebKit(t, s, 1280, 1024)
-	status := call(t, "GET", h.url+"/devtools/"+s.Session+"/json/version", "")
-	if status.status < 400 || status.Value.Error == "" || !strings.Contains(status.Value.Message, "WebKit") {
-		t.Errorf("/devtools/ of a WebKit session: %d %+v, want a W3C error", status.status, status.Value)
-	}
 
+	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
+	defer cancel()
 	rb, err := exec.CommandContext(ctx, "ruby", "testdata/webkit.rb", h.url+"/wd/hub").CombinedOutput()
 	if err != nil {
 		t.Fatalf("ruby client: %v %s", err, rb)

@@ -135,6 +135,10 @@ func relay(ln net.Listener, target string) {
 
 func handler(dir string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/.uploads/"); ok && r.Method == http.MethodPost {
+			storeUpload(w, r, dir, rest)
+			return
+		}
 		name, err := url.PathUnescape(strings.TrimPrefix(r.URL.EscapedPath(), "/"))
 		if err != nil || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
 			http.Error(w, "not a file name", http.StatusBadRequest)
@@ -177,4 +181,43 @@ func handler(dir string) http.Handler {
 			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		}
 	})
+}
+
+// maxUpload bounds one stored upload; the hub bounds it first
+// (-max-upload-size).
+const maxUpload = 1 << 30
+
+// storeUpload is POST /.uploads/{dir}/{name}: the hub stores a client's file
+// upload for a driver that has no /file of its own (WebKitWebDriver), as
+// {dir}/{name} under .uploads of the downloads directory — hidden from the
+// listing, which shows regular files only — and is answered the file's path.
+func storeUpload(w http.ResponseWriter, r *http.Request, dir, rest string) {
+	sub, esc, ok := strings.Cut(rest, "/")
+	name, err := url.PathUnescape(esc)
+	if !ok || err != nil || sub == "" || strings.Trim(sub, "0123456789abcdef") != "" ||
+		name == "" || strings.ContainsAny(name, `/\`) || strings.HasPrefix(name, ".") {
+		http.Error(w, "not /.uploads/{hex}/{plain file name}", http.StatusBadRequest)
+		return
+	}
+	d := filepath.Join(dir, ".uploads", sub)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	path := filepath.Join(d, name)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
+	_, err = io.Copy(f, http.MaxBytesReader(w, r.Body, maxUpload))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	fmt.Fprint(w, path)
 }

@@ -12,7 +12,8 @@ from selenium.webdriver.common.by import By
 
 hub, screen = sys.argv[1], sys.argv[2]
 opts = webdriver.WebKitGTKOptions()
-opts.set_capability("selenoid:options", {"screenResolution": screen, "enableVNC": len(sys.argv) > 3})
+wait = len(sys.argv) > 3 and sys.argv[3] == "wait"
+opts.set_capability("selenoid:options", {"screenResolution": screen})
 driver = webdriver.Remote(command_executor=hub, options=opts)
 try:
     driver.get("data:text/html,<title>webkit</title><body style='margin:0;background:rgb(0,128,255)'>"
@@ -32,7 +33,8 @@ try:
         "cdp": driver.capabilities.get("se:cdp"),
         "png": base64.b64encode(driver.get_screenshot_as_png()).decode(),
     }
-    if len(sys.argv) > 3:
+    if wait:
+        # The test looks at the live session from outside now.
         print(json.dumps({"created": driver.session_id}), flush=True)
         sys.stdin.readline()
 finally:

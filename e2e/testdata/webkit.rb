@@ -3,7 +3,8 @@
 # Prints session|title|typed|userAgent.
 require 'selenium-webdriver'
 
-caps = Selenium::WebDriver::Remote::Capabilities.new(browser_name: 'MiniBrowser')
+# "webkit": an alias of the MiniBrowser entry, as users will try it.
+caps = Selenium::WebDriver::Remote::Capabilities.new(browser_name: 'webkit')
 driver = Selenium::WebDriver.for(:remote, url: ARGV[0], capabilities: caps)
 begin
   driver.navigate.to "data:text/html,<title>from ruby</title><input id=i>"

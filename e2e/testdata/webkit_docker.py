@@ -6,6 +6,7 @@ line with what it saw and waits for a line on stdin before it quits, so that
 the test can look at the session (VNC, side channels) while it lives."""
 import json
 import sys
+import tempfile
 
 from selenium import webdriver
 from selenium.webdriver.common.by import By
@@ -15,10 +16,17 @@ options = webdriver.WebKitGTKOptions()
 options.set_capability("selenoid:options", vendor)
 driver = webdriver.Remote(command_executor=hub, options=options)
 try:
-    driver.get("data:text/html,<body style='margin:0;background:rgb(%s)'><input id='in'></body>" % colour)
+    driver.get("data:text/html,<body style='margin:0;background:rgb(%s)'><input id='in'><input id='f' type='file'></body>" % colour)
     box = driver.find_element(By.ID, "in")
     box.send_keys("typed into WebKit")
     value = box.get_property("value")
+    # A file of the client's machine: the hub stores it in the container
+    # (WebKitWebDriver has no /file) and the input gets its path there.
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as up:
+        up.write("uploaded into a container")
+    driver.find_element(By.ID, "f").send_keys(up.name)
+    upload = driver.execute_script("var f = document.getElementById('f').files[0]; return f ? f.name + ':' + f.size : ''")
+    upload_want = up.name.rsplit("/", 1)[-1] + ":25"
     agent = driver.execute_script("return navigator.userAgent")
     # Two animation frames first: WebKit's screenshot of a fresh browser's
     # first page, just after the hub sized its window, can come before the
@@ -29,7 +37,7 @@ try:
         f.write(png)
     size = driver.get_window_size()
     print(json.dumps({"session": driver.session_id, "caps": driver.capabilities, "value": value,
-                      "userAgent": agent, "window": [size["width"], size["height"]]}), flush=True)
+                      "userAgent": agent, "upload": upload, "uploadWant": upload_want, "window": [size["width"], size["height"]]}), flush=True)
     sys.stdin.readline()
 finally:
     driver.quit()

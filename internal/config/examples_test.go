@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-// The shipped example files load, and the Docker example names the tag that
-// images/chromium/build.sh gives the image it builds (a hash of the script), so
-// the example cannot silently go stale.
+// The shipped example files load, and the Docker example names the tags that
+// images/chromium/build.sh and images/webkit/build.sh give the images they
+// build (a hash of their inputs), so the example cannot silently go stale.
 func TestShippedExamples(t *testing.T) {
 	for _, name := range []string{"browsers.local.json", "browsers.docker.json"} {
 		data, err := os.ReadFile(filepath.Join("../../config", name))
@@ -24,18 +24,33 @@ func TestShippedExamples(t *testing.T) {
 		if name != "browsers.docker.json" {
 			continue
 		}
-		var list string
-		// As build.sh hashes them, named as sha256sum prints them from images/chromium.
-		for _, f := range []string{"build.sh", "entrypoint.sh", "../debian-root.sh", "../../cmd/fileserver/main.go"} {
-			b, err := os.ReadFile(filepath.Join("../../images/chromium", f))
-			if err != nil {
-				t.Fatal(err)
+		// As each build.sh hashes them, named as sha256sum prints them from its folder.
+		for _, img := range []struct {
+			dir, tag string
+			entries  [][2]string
+		}{
+			{"chromium", "websummoner/chromium", [][2]string{{"chrome", "156.0"}}},
+			{"webkit", "websummoner/webkit", [][2]string{{"MiniBrowser", "2.50"}, {"webkit", "2.50"}, {"webkitgtk", "2.50"}}},
+		} {
+			var list string
+			for _, f := range []string{"build.sh", "entrypoint.sh", "../debian-root.sh", "../../cmd/fileserver/main.go"} {
+				b, err := os.ReadFile(filepath.Join("../../images", img.dir, f))
+				if err != nil {
+					t.Fatal(err)
+				}
+				list += fmt.Sprintf("%x  %s\n", sha256.Sum256(b), f)
 			}
-			list += fmt.Sprintf("%x  %s\n", sha256.Sum256(b), f)
-		}
-		want := fmt.Sprintf("websummoner/chromium:bookworm-%x", sha256.Sum256([]byte(list)))[:len("websummoner/chromium:bookworm-")+12]
-		if got := bs["chrome"].Versions["156.0"].Image.Name; got != want {
-			t.Errorf("%s names %s; images/chromium/build.sh builds %s", name, got, want)
+			want := fmt.Sprintf("%s:bookworm-%x", img.tag, sha256.Sum256([]byte(list)))[:len(img.tag)+len(":bookworm-")+12]
+			for _, e := range img.entries {
+				v := bs[e[0]]
+				if v == nil || v.Versions[e[1]] == nil {
+					t.Errorf("%s has no %s %s", name, e[0], e[1])
+					continue
+				}
+				if got := v.Versions[e[1]].Image.Name; got != want {
+					t.Errorf("%s: %s %s names %s; images/%s/build.sh builds %s", name, e[0], e[1], got, img.dir, want)
+				}
+			}
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"reflect"
 	"time"
@@ -143,6 +144,13 @@ func (h *Hub) launcherFor(b config.Resolved) launcher.Launcher {
 // driverBody is the new-session body a cold start sends the driver, before
 // what belongs to one instance (forInstance).
 func (h *Hub) driverBody(caps map[string]any, w3c bool, b config.Resolved, o webdriver.Options) []byte {
+	if name, _ := b.Caps["browserName"].(string); name != "" && caps["browserName"] != name {
+		// The entry names what its driver answers to (WebKitWebDriver
+		// accepts MiniBrowser alone): a client that reached it by another
+		// of its names (webkit, webkitgtk) gets that driver's name.
+		caps = maps.Clone(caps)
+		caps["browserName"] = name
+	}
 	body := webdriver.DriverBody(caps, w3c, b.Caps)
 	if screen := o.ScreenResolution; screen != "" {
 		body = withScreen(body, screen)
