@@ -34,6 +34,7 @@ images:
 	images/chromium/build.sh
 	images/recorder/build.sh
 	images/aerokube/build.sh
+	images/webkit/build.sh
 
 test: test-deps vet images
 	$(MAKE) bench-short
