@@ -378,7 +378,7 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 	t := q.tenantLocked(r.Tenant)
 	if q.inUse < q.opts.Limit && q.waiters.Len() == 0 && q.mayRunLocked(t) && q.tryStartLocked(r.cost()) {
 		q.inUse++
-		t.running++
+		t.admitLocked()
 		q.lastFast = now
 		q.mu.Unlock()
 		q.m.wait.Observe(0)
@@ -397,7 +397,7 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 	case r.NoWait:
 		return nil, q.refuseLocked(r, out, ReasonNoWait), nil
 	}
-	if mq := q.quotas.Of(r.Tenant).MaxQueued; mq > 0 && t.waiters.Len() >= mq {
+	if mq := t.quota.MaxQueued; mq > 0 && t.waiters.Len() >= mq {
 		out.quota = mq
 		return nil, q.refuseLocked(r, out, ReasonQuota), nil
 	}
@@ -456,6 +456,9 @@ func (q *Queue) Full() bool {
 func (q *Queue) queueLocked(ctx context.Context, r Request, now time.Time, out Outcome) (*Slot, Outcome, *Waiting) {
 	out.Queued = true
 	w := &waiter{req: r, ctx: ctx, queued: now, ready: make(chan struct{}), tenant: q.tenantLocked(r.Tenant)}
+	if w.tenant.waiters.Len() == 0 && len(q.tenants) > 1 {
+		q.backloggedLocked(w.tenant)
+	}
 	w.elem = q.waiters.PushBack(w)
 	w.telem = w.tenant.waiters.PushBack(w)
 	if q.inUse < q.opts.Limit {
@@ -641,7 +644,7 @@ func (q *Queue) dispatchLocked(now time.Time) {
 		if !q.tryStartLocked(w.req.cost()) {
 			return
 		}
-		w.tenant.running++ // before removeLocked, which forgets an idle tenant
+		w.tenant.admitLocked() // before removeLocked, which forgets an idle tenant
 		q.removeLocked(w)
 		q.inUse++
 		w.granted = true

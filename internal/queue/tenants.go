@@ -130,7 +130,14 @@ func (q *Quotas) Names() []string {
 // waits.
 type tenant struct {
 	name    string
+	quota   Quota // Quotas.Of(name), kept current by SetQuotas
 	running int
+	// vtime is the tenant's virtual time, as in weighted fair queuing: each
+	// admission adds 1/weight, and a tenant that starts waiting joins at the
+	// least of the waiting tenants' (it banks no credit for the time it
+	// asked for nothing). The least goes first, so over time the starts
+	// follow the weights even where -limit does not divide by them.
+	vtime   float64
 	waiters list.List // of *waiter, oldest first
 }
 
@@ -138,7 +145,7 @@ type tenant struct {
 func (q *Queue) tenantLocked(name string) *tenant {
 	t := q.tenants[name]
 	if t == nil {
-		t = &tenant{name: name}
+		t = &tenant{name: name, quota: q.quotas.Of(name)}
 		if q.tenants == nil {
 			q.tenants = map[string]*tenant{}
 		}
@@ -156,16 +163,17 @@ func (q *Queue) forgetLocked(t *tenant) {
 
 // mayRunLocked reports whether t is below its maxSessions.
 func (q *Queue) mayRunLocked(t *tenant) bool {
-	m := q.quotas.Of(t.name).MaxSessions
+	m := t.quota.MaxSessions
 	return m == 0 || t.running < m
 }
 
 // nextLocked is the waiter a free slot goes to: of the tenants with a live
 // waiter and below their maxSessions, the one furthest below its weighted
-// share of the running sessions (the fewest running per unit of weight),
-// oldest waiter first on a tie; within a tenant, its oldest. Waiters whose
-// client has left are dropped on the way. With one tenant this is the
-// oldest waiter: first in, first out.
+// share — the least virtual time (its starts per unit of weight while it
+// waits), then the fewest running per unit of weight, then the oldest
+// waiter; within a tenant, its oldest. Waiters whose client has left are
+// dropped on the way. With one tenant this is the oldest waiter: first in,
+// first out.
 func (q *Queue) nextLocked() *waiter {
 	if len(q.tenants) <= 1 {
 		for e := q.waiters.Front(); e != nil; e = q.waiters.Front() {
@@ -182,8 +190,8 @@ func (q *Queue) nextLocked() *waiter {
 		return nil
 	}
 	var (
-		best      *waiter
-		bestShare float64
+		best                 *waiter
+		bestVtime, bestShare float64
 	)
 	for _, t := range q.tenants {
 		var front *waiter
@@ -198,10 +206,10 @@ func (q *Queue) nextLocked() *waiter {
 		if front == nil || !q.mayRunLocked(t) {
 			continue
 		}
-		share := float64(t.running) / q.quotas.Of(t.name).Weight
-		if best == nil || share < bestShare || share == bestShare && (front.queued.Before(best.queued) ||
-			front.queued.Equal(best.queued) && t.name < best.tenant.name) {
-			best, bestShare = front, share
+		share := float64(t.running) / t.quota.Weight
+		if best == nil || t.vtime < bestVtime || t.vtime == bestVtime && (share < bestShare || share == bestShare &&
+			(front.queued.Before(best.queued) || front.queued.Equal(best.queued) && t.name < best.tenant.name)) {
+			best, bestVtime, bestShare = front, t.vtime, share
 		}
 	}
 	return best
@@ -213,6 +221,9 @@ func (q *Queue) SetQuotas(qs *Quotas) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.quotas = qs
+	for _, t := range q.tenants {
+		t.quota = qs.Of(t.name)
+	}
 	q.dispatchLocked(time.Now())
 }
 
@@ -244,7 +255,7 @@ func (s *Slot) Assign(tenant string) {
 		return
 	}
 	s.tenant = s.q.tenantLocked(tenant)
-	s.tenant.running++
+	s.tenant.admitLocked()
 }
 
 // TenantStats is one tenant's share of the grid now.
@@ -287,4 +298,26 @@ func (q *Queue) Tenants() []TenantStats {
 	}
 	slices.SortFunc(out, func(a, b TenantStats) int { return strings.Compare(a.Tenant, b.Tenant) })
 	return out
+}
+
+// admitLocked counts an admission of t's: a slot more, and its virtual time
+// on by one start's worth.
+func (t *tenant) admitLocked() {
+	t.running++
+	t.vtime += 1 / t.quota.Weight
+}
+
+// backloggedLocked is called as t's first waiter queues: t joins the
+// waiting tenants at the least of their virtual times, if that is later
+// than its own.
+func (q *Queue) backloggedLocked(t *tenant) {
+	least, any := 0.0, false
+	for _, o := range q.tenants {
+		if o != t && o.waiters.Len() > 0 && (!any || o.vtime < least) {
+			least, any = o.vtime, true
+		}
+	}
+	if any && least > t.vtime {
+		t.vtime = least
+	}
 }

@@ -70,10 +70,17 @@ func TestLatecomerBehindAFlood(t *testing.T) {
 	})
 }
 
-// Under saturation, weights 1:2 share the starts 1:2.
+// Under saturation, weights 1:2 share the starts 1:2, also where -limit
+// does not divide by the weights.
 func TestWeightsShareStarts(t *testing.T) {
+	for _, limit := range []int{6, 4, 5} {
+		t.Run(fmt.Sprint("limit ", limit), func(t *testing.T) { weightsShareStarts(t, limit) })
+	}
+}
+
+func weightsShareStarts(t *testing.T, limit int) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, Options{Limit: 6, Quotas: mustQuotas(t, `{"a": {"weight": 1}, "b": {"weight": 2}}`)})
+		h := newHarness(t, Options{Limit: limit, Quotas: mustQuotas(t, `{"a": {"weight": 1}, "b": {"weight": 2}}`)})
 		var held []*pending
 		starts := map[string]int{}
 		waiting := map[string][]*pending{}
