@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // webkitSeen is what testdata/webkit.py saw.
@@ -74,6 +75,14 @@ func TestLocalWebKit(t *testing.T) {
 	status := call(t, "GET", h.url+"/devtools/"+created.Created+"/json/version", "")
 	if status.status < 400 || status.Value.Error == "" || !strings.Contains(status.Value.Message, "WebKit") {
 		t.Errorf("/devtools/ of a WebKit session: %d %+v, want a W3C error saying WebKit has none", status.status, status.Value)
+	}
+	// MiniBrowser saves to its XDG download directory, the session's own.
+	if !waitFor(30*time.Second, func() bool {
+		return strings.Contains(string(rawCall(t, "GET", h.url+"/download/"+created.Created+"/?json", "")), `"wk-dl.txt"`)
+	}) {
+		t.Errorf("WebKit's download never appeared at /download/%s/: %s", created.Created, rawCall(t, "GET", h.url+"/download/"+created.Created+"/?json", ""))
+	} else if got := rawCall(t, "GET", h.url+"/download/"+created.Created+"/wk-dl.txt", ""); string(got) != "downloaded" {
+		t.Errorf("the download's bytes: %q", got)
 	}
 	var s webkitSeen
 	if last := client.finish(t); json.Unmarshal([]byte(last), &s) != nil {

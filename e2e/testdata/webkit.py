@@ -17,7 +17,7 @@ opts.set_capability("selenoid:options", {"screenResolution": screen})
 driver = webdriver.Remote(command_executor=hub, options=opts)
 try:
     driver.get("data:text/html,<title>webkit</title><body style='margin:0;background:rgb(0,128,255)'>"
-               "<input id=t><input id=f type=file></body>")
+               "<input id=t><input id=f type=file><a id=d href='data:text/plain,downloaded' download='wk-dl.txt'>d</a></body>")
     driver.find_element(By.ID, "t").send_keys("typed in WebKit")
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as up:
         up.write("uploaded through the hub")
@@ -33,8 +33,10 @@ try:
         "cdp": driver.capabilities.get("se:cdp"),
         "png": base64.b64encode(driver.get_screenshot_as_png()).decode(),
     }
+    driver.execute_script("document.getElementById('d').click()")
     if wait:
-        # The test looks at the live session from outside now.
+        # The test looks at the live session from outside now: its
+        # download among them.
         print(json.dumps({"created": driver.session_id}), flush=True)
         sys.stdin.readline()
 finally:

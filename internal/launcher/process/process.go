@@ -260,6 +260,17 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 		}
 		sessionEnv = []string{"TMPDIR=" + inst.temp}
 	}
+	if r.Browser.Display {
+		// A display entry's browser is a desktop program (MiniBrowser):
+		// it saves downloads to its user's XDG download directory, which
+		// is made the session's own, served at /download/{id}/.
+		xdg, err := xdgDownloads(downloads)
+		if err != nil {
+			inst.discard()
+			return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name, Err: err, Msg: "cannot point the browser's downloads at the session's directory: " + err.Error()}
+		}
+		sessionEnv = append(sessionEnv, "XDG_CONFIG_HOME="+xdg)
+	}
 	if l.spawnErr != nil {
 		l.spawnNote.Do(func() {
 			logtag.Event(l.log, slog.LevelInfo, r.ID, "NO_SPAWNER", "drivers are started from the hub's own descriptor table: "+l.spawnErr.Error(), "each start slows with the connections the hub holds")
@@ -283,7 +294,7 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 	if sbx != nil {
 		req.argv = append(append([]string{sbx.Bwrap}, sbx.args(downloads, path)...), append([]string{path}, req.argv[1:]...)...)
 		req.path, req.cred = sbx.Bwrap, sbx.Cred
-		req.env = sandboxEnv(launcher.Env(r), inst.marker)
+		req.env = sandboxEnv(append(launcher.Env(r), sessionEnv...), inst.marker)
 	}
 	said := launcher.NewSaid()
 	var out io.Writer = io.MultiWriter(inst.tail, inst.log, said)
@@ -707,4 +718,17 @@ func displayCommand(o webdriver.Options) []string {
 		screen = fmt.Sprintf("%dx%dx%d", w, h, depth)
 	}
 	return []string{"xvfb-run", "-a", "-s", "-screen 0 " + screen}
+}
+
+// xdgDownloads writes, in a session's download directory, an XDG
+// configuration whose download directory is that directory, and returns
+// the configuration's directory (for XDG_CONFIG_HOME). It is a dot
+// directory: the downloads' listing shows regular files only.
+func xdgDownloads(downloads string) (string, error) {
+	dir := filepath.Join(downloads, ".config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	line := fmt.Sprintf("XDG_DOWNLOAD_DIR=%q\n", downloads)
+	return dir, os.WriteFile(filepath.Join(dir, "user-dirs.dirs"), []byte(line), 0o644)
 }
