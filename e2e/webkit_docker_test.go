@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"image/png"
@@ -292,6 +293,22 @@ func TestDockerWebKit(t *testing.T) {
 	if last := client.finish(t); !strings.Contains(last, s.Session) {
 		t.Fatalf("the client's last line %q, want its quit", last)
 	}
+	d.settled(t)
+
+	t.Run("Ruby", func(t *testing.T) {
+		// Debian's ruby-selenium-webdriver, by the "webkit" alias.
+		requireTool(t, "ruby")
+		ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "ruby", "testdata/webkit.rb", d.url+"/wd/hub").CombinedOutput()
+		if err != nil {
+			t.Fatalf("ruby client: %v %s", err, out)
+		}
+		f := strings.Split(strings.TrimSpace(string(out)), "|")
+		if len(f) != 4 || f[1] != "from ruby" || f[2] != "typed by ruby" || !strings.Contains(f[3], "AppleWebKit") || strings.Contains(f[3], "Chrome") {
+			t.Fatalf("ruby client saw %q", out)
+		}
+	})
 	d.settled(t)
 
 	t.Run("Aliases", func(t *testing.T) {
