@@ -33,7 +33,7 @@ func main() {
 		os.Exit(1)
 	}
 	short := flag.Bool("short", false, "run every scenario for seconds (a smoke test)")
-	only := flag.String("scenario", "all", "realbrowser, proxy, churn, waiters, jam, stampede, soak, wakeup, or all (comma-separated)")
+	only := flag.String("scenario", "all", "realbrowser, proxy, churn, waiters, jam, stampede, soak, wakeup, pool, or all (comma-separated)")
 	selenoid := flag.String("selenoid", "", "the realbrowser scenario also runs this Selenoid binary (built from its source by hand) in its local-driver mode with the same chromedriver; empty: Selenoid's columns read \"not run\"")
 	rbCommands := flag.Int("realbrowser-commands", 0, "commands each realbrowser target runs, a multiple of 4 (0: 480, or 40 with -short)")
 	soakFor := flag.Duration("soak", 60*time.Minute, "how long the soak scenario runs (full mode; 2m with -short)")
@@ -222,6 +222,23 @@ func run(ctx context.Context, short bool, only, out string, churnFor time.Durati
 		fmt.Printf("stampede: pinned gate %v failed starts after recovery, adaptive %v (%.1f× fewer); drain %.1fs vs %.1fs\n",
 			ff, af, ff/max(af, 1), fixed.Figures["drain_s"], adaptive.Figures["drain_s"])
 	}
+	if want("pool") {
+		// The warm pool: a real browser's hit, near hit and cold start, then
+		// adaptive sizing under Poisson arrivals of stub drivers. Without a
+		// browser only the first part is skipped.
+		r, err := env.PoolHits(ctx)
+		switch {
+		case errors.Is(err, bench.ErrNoBrowser):
+			fmt.Printf("\n== pool-realbrowser\nskipped: %v\n", err)
+		default:
+			if err := keep(r, err); err != nil {
+				return err
+			}
+		}
+		if err := keep(env.PoolAdaptive(ctx)); err != nil {
+			return err
+		}
+	}
 	if out != "" {
 		if ratios := floorRatios(results); len(ratios) > 0 {
 			if err := bench.FloorChart(ratios, filepath.Join(out, "floor.svg")); err != nil {
@@ -261,7 +278,8 @@ func run(ctx context.Context, short bool, only, out string, churnFor time.Durati
 }
 
 // floorRatios are the hub's figures over their same-run floors, for the
-// chart: the real browser's, the stub proxy's and the churn's. A ratio that
+// chart: the real browser's, the stub proxy's, the churn's and the warm
+// pool's (a ready browser's create over a cold start's). A ratio that
 // is reported, not a target, has Target 0.
 func floorRatios(results []*bench.Result) []bench.Ratio {
 	var out []bench.Ratio
@@ -281,6 +299,12 @@ func floorRatios(results []*bench.Result) []bench.Ratio {
 					out = append(out, bench.Ratio{Label: fmt.Sprintf("stub driver: command p50, %d sessions", c), Value: v})
 				}
 			}
+		case "pool-realbrowser":
+			out = append(out,
+				bench.Ratio{Label: "warm pool: hit create p50 over a cold start's", Value: f["hit_over_cold_p50"], Target: 0.1},
+				bench.Ratio{Label: "warm pool: near hit create p50 over a cold start's", Value: f["near_over_cold_p50"], Target: 0.6})
+		case "pool-adaptive":
+			out = append(out, bench.Ratio{Label: "warm pool adaptive: sessions/s at full load over off's", Value: f["full_adaptive_over_off"], Target: 0.95, Higher: true})
 		case "churn-4", "churn-32":
 			c := int(f["concurrency"])
 			out = append(out,
