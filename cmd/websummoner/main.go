@@ -437,6 +437,11 @@ func (p *program) serve() int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
+	// The warm pool starts browsers only now: after the sweep of an earlier
+	// run's, and with SIGINT handled, so a driver does not inherit a
+	// SIGINT that a hub started in the background ignores (its stop would
+	// wait out -session-delete-timeout).
+	p.hub.Start()
 	for {
 		select {
 		case err := <-served:

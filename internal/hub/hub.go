@@ -245,6 +245,15 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 	return h, nil
 }
 
+// Start begins the hub's background work: the warm pool's fills. Call it
+// once the process is ready to run browsers — what an earlier run left
+// swept, signals set up — and not in a build that will not serve.
+func (h *Hub) Start() {
+	if h.pool != nil {
+		h.pool.Start()
+	}
+}
+
 // ServeHTTP serves every endpoint.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.requests.Add(1)

@@ -19,6 +19,7 @@ func newWarmFixture(t *testing.T, qopts queue.Options, wp pool.Options, l *stubL
 	t.Helper()
 	l.mem = newMemTransport()
 	f := newFixture(t, qopts, Options{WarmPool: wp}, l)
+	f.hub.Start()
 	t.Cleanup(func() {
 		f.hub.pool.Close()
 		synctest.Wait() // discarded browsers stop and free their slots
@@ -345,6 +346,7 @@ func TestTenantHeaderAndMaxSessions(t *testing.T) {
 		}
 		l := &stubLauncher{mem: newMemTransport()}
 		f := newFixture(t, queue.Options{Limit: 3, Timeout: time.Minute, Quotas: qs}, Options{TenantHeader: "X-Team", WarmPool: pool.Options{Size: 1}}, l)
+		f.hub.Start()
 		t.Cleanup(func() { f.hub.pool.Close(); synctest.Wait() })
 		time.Sleep(2 * time.Second)
 		synctest.Wait()

@@ -183,6 +183,7 @@ type Pool struct {
 	m      *metrics
 
 	mu      sync.Mutex
+	started bool
 	closed  bool
 	stocks  map[Key]*stock
 	filling map[*fill]struct{}
@@ -198,7 +199,7 @@ type fill struct {
 	cancel context.CancelFunc
 }
 
-// New returns a pool and starts its loop; Close stops it. A pool whose
+// New returns a pool; Start begins its fills, Close stops it. A pool whose
 // options are off never starts a browser, and every Claim is a miss. A nil
 // logger discards; a nil registerer registers nothing.
 func New(opts Options, filler Filler, logger *slog.Logger, reg prometheus.Registerer) (*Pool, error) {
@@ -214,13 +215,25 @@ func New(opts Options, filler Filler, logger *slog.Logger, reg prometheus.Regist
 	if p.m, err = newMetrics(p, reg); err != nil {
 		return nil, err
 	}
-	if opts.On() {
-		p.wg.Add(1)
-		go p.loop()
-	} else {
+	if !opts.On() {
 		close(p.done)
 	}
 	return p, nil
+}
+
+// Start begins the pool's fills, once: the caller starts browsers only
+// when the process is ready to run them (an earlier run's leftovers swept,
+// its signals set up: a driver forked before then inherits what the
+// process ignored). Without Start, a pool holds nothing.
+func (p *Pool) Start() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.opts.On() || p.started || p.closed {
+		return
+	}
+	p.started = true
+	p.wg.Add(1)
+	go p.loop()
 }
 
 // Kick asks the pool to look at its sizes now rather than at the next tick.

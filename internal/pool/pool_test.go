@@ -105,6 +105,7 @@ func newPool(t *testing.T, o Options, f *fakeFiller) (*Pool, *prometheus.Registr
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.Start()
 	t.Cleanup(p.Close)
 	return p, reg
 }
@@ -383,4 +384,28 @@ func TestParseMode(t *testing.T) {
 			t.Errorf("ParseMode(%q) accepted", in)
 		}
 	}
+}
+
+// A pool not started holds nothing: a build that will not serve starts no
+// browser.
+func TestNothingBeforeStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeFiller{entries: map[Key]int{chrome: -1}, limit: 5, startTime: time.Second}
+		p, err := New(Options{Size: 2}, f, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if f.fills != 0 {
+			t.Fatalf("%d fills before Start", f.fills)
+		}
+		p.Close()
+		p.Start() // after Close: still nothing
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if f.fills != 0 {
+			t.Fatalf("%d fills after Close", f.fills)
+		}
+	})
 }
