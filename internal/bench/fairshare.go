@@ -47,12 +47,14 @@ func (e *Env) FairShare(ctx context.Context) (*Result, error) {
 	c := pooled(400)
 	bad := atomic.Int64{}
 
-	// A start on the idle hub: the latecomer's wait is a slot's freeing and
-	// then a start.
+	// A session's start and teardown on the idle hub: the latecomer's wait is
+	// the rest of a session, its teardown (the slot is held until the
+	// browser has stopped), and its own start.
 	t0 := time.Now()
 	if !tenantSession(ctx, c, h.url, "alice", 0, &bad) {
 		bad.Add(1)
 	}
+	waitStatus(ctx, c, h.url, func(st map[string]any) bool { return st["used"] == 0.0 })
 	start := time.Since(t0)
 
 	// The flood: 30× the slots from one tenant, each session held for hold.
@@ -76,7 +78,7 @@ func (e *Env) FairShare(ctx context.Context) (*Result, error) {
 	r.Rows = append(r.Rows, []string{"latecomer's wait behind a flood of 30× the slots", fmt.Sprintf("%.2f s", lateWait.Seconds()),
 		fmt.Sprintf("sessions of %v; first in, first out it would be ~%v", hold, fifo)})
 	r.Figures["idle_start_s"] = start.Seconds()
-	r.target("latecomer's wait over one session length (and its start)", lateWait.Seconds()/(hold+start).Seconds(), 1, "×")
+	r.target("latecomer's wait over one session length (with a start and a teardown)", lateWait.Seconds()/(hold+start).Seconds(), 1, "×")
 
 	// Weights 1:2, both tenants saturating: 3× the slots each, closed loops.
 	weighCtx, stopWeigh := context.WithCancel(ctx)
@@ -111,11 +113,7 @@ func (e *Env) FairShare(ctx context.Context) (*Result, error) {
 
 	// The queue alone, in this process: 10,000 waiters of one tenant, then
 	// of ten, with the quotas in force.
-	one, err := queueCost(1, 10000, 200)
-	if err != nil {
-		return nil, err
-	}
-	ten, err := queueCost(10, 10000, 200)
+	one, ten, err := queueCosts(10000, 1000)
 	if err != nil {
 		return nil, err
 	}
@@ -204,10 +202,45 @@ func waitStatus(ctx context.Context, c *http.Client, base string, cond func(map[
 
 type queueCostResult struct{ bytes, p50us, p99us float64 }
 
-// queueCost fills a queue of one slot with n waiters spread over tenants
-// (quotas naming them, weight 1), measures the heap and stacks they hold,
-// then times handoffs hand-offs: a release to the next waiter's admission.
-func queueCost(tenants, n, handoffs int) (queueCostResult, error) {
+// queueCosts fills two queues of one slot with n waiters each — one tenant's,
+// and ten tenants' (quotas naming them, weight 1) — measuring the heap and
+// stacks each's waiters hold, then times handoffs hand-offs of each (a
+// release to the next waiter's admission), alternating between the two so
+// that the machine's drift weighs on both alike.
+func queueCosts(n, handoffs int) (one, ten queueCostResult, err error) {
+	a, err := newCostQueue(1, n)
+	if err != nil {
+		return one, ten, err
+	}
+	defer a.close()
+	b, err := newCostQueue(10, n)
+	if err != nil {
+		return one, ten, err
+	}
+	defer b.close()
+	var la, lb []time.Duration
+	for range handoffs {
+		la = append(la, a.handOff())
+		lb = append(lb, b.handOff())
+	}
+	sum := func(q *costQueue, lat []time.Duration) queueCostResult {
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		return queueCostResult{bytes: q.bytes, p50us: float64(lat[len(lat)/2]) / 1e3, p99us: float64(lat[len(lat)*99/100]) / 1e3}
+	}
+	return sum(a, la), sum(b, lb), nil
+}
+
+// costQueue is a queue of one slot with n waiters parked in Acquire.
+type costQueue struct {
+	q        *queue.Queue
+	cur      *queue.Slot
+	admitted chan *queue.Slot
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	bytes    float64
+}
+
+func newCostQueue(tenants, n int) (*costQueue, error) {
 	names := make([]string, tenants)
 	doc := map[string]queue.Quota{}
 	for i := range names {
@@ -217,24 +250,23 @@ func queueCost(tenants, n, handoffs int) (queueCostResult, error) {
 	data, _ := json.Marshal(doc)
 	qs, err := queue.ParseQuotas(data)
 	if err != nil {
-		return queueCostResult{}, err
+		return nil, err
 	}
 	q, err := queue.New(queue.Options{Limit: 1, Timeout: time.Hour, Quotas: qs}, nil, nil)
 	if err != nil {
-		return queueCostResult{}, err
+		return nil, err
 	}
-	hold, _ := q.Acquire(context.Background(), queue.Request{Tenant: names[0]})
+	c := &costQueue{q: q, admitted: make(chan *queue.Slot, 1)}
+	c.cur, _ = q.Acquire(context.Background(), queue.Request{Tenant: names[0]})
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	admitted := make(chan *queue.Slot, 1)
-	var wg sync.WaitGroup
+	c.cancel = cancel
 	for i := range n {
-		wg.Go(func() {
+		c.wg.Go(func() {
 			if s, out := q.Acquire(ctx, queue.Request{Tenant: names[i%tenants]}); out.Admitted {
-				admitted <- s
+				c.admitted <- s
 			}
 		})
 	}
@@ -242,26 +274,32 @@ func queueCost(tenants, n, handoffs int) (queueCostResult, error) {
 		runtime.Gosched()
 	}
 	runtime.ReadMemStats(&after)
-	res := queueCostResult{bytes: float64(after.HeapAlloc+after.StackInuse-before.HeapAlloc-before.StackInuse) / float64(n)}
-	lat := make([]time.Duration, 0, handoffs)
-	cur := hold
-	for range handoffs {
-		t0 := time.Now()
-		cur.Release()
-		cur = <-admitted
-		lat = append(lat, time.Since(t0))
-	}
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	res.p50us = float64(lat[len(lat)/2]) / 1e3
-	res.p99us = float64(lat[len(lat)*99/100]) / 1e3
-	cancel()
-	cur.Release()
+	c.bytes = float64(after.HeapAlloc+after.StackInuse-before.HeapAlloc-before.StackInuse) / float64(n)
+	return c, nil
+}
+
+// handOff releases the slot held and waits for the waiter it goes to.
+func (c *costQueue) handOff() time.Duration {
+	t0 := time.Now()
+	c.cur.Release()
+	c.cur = <-c.admitted
+	return time.Since(t0)
+}
+
+func (c *costQueue) close() {
+	c.cancel()
+	c.cur.Release()
+	done := make(chan struct{})
 	go func() {
-		for s := range admitted {
-			s.Release()
+		for {
+			select {
+			case s := <-c.admitted:
+				s.Release()
+			case <-done:
+				return
+			}
 		}
 	}()
-	wg.Wait()
-	close(admitted)
-	return res, nil
+	c.wg.Wait()
+	close(done)
 }

@@ -249,6 +249,7 @@ type Queue struct {
 	lastFast  time.Time         // time of the last fast admission; idle = now - lastFast
 	rejected  map[Reason]uint64 // refusals so far, by reason (Rejected)
 	tenants   map[string]*tenant
+	backlog   []*tenant // the tenants with waiters: a hand-off looks at these alone
 	quotas    *Quotas
 }
 
@@ -456,7 +457,7 @@ func (q *Queue) Full() bool {
 func (q *Queue) queueLocked(ctx context.Context, r Request, now time.Time, out Outcome) (*Slot, Outcome, *Waiting) {
 	out.Queued = true
 	w := &waiter{req: r, ctx: ctx, queued: now, ready: make(chan struct{}), tenant: q.tenantLocked(r.Tenant)}
-	if w.tenant.waiters.Len() == 0 && len(q.tenants) > 1 {
+	if w.tenant.waiters.Len() == 0 {
 		q.backloggedLocked(w.tenant)
 	}
 	w.elem = q.waiters.PushBack(w)
@@ -586,6 +587,9 @@ func (q *Queue) removeLocked(w *waiter) {
 	if w.telem != nil {
 		w.tenant.waiters.Remove(w.telem)
 		w.telem = nil
+		if w.tenant.waiters.Len() == 0 {
+			q.unbackloggedLocked(w.tenant)
+		}
 		q.forgetLocked(w.tenant)
 	}
 }

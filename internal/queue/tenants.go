@@ -139,13 +139,15 @@ type tenant struct {
 	// follow the weights even where -limit does not divide by them.
 	vtime   float64
 	waiters list.List // of *waiter, oldest first
+	// at is the tenant's index in Queue.backlog while it has waiters, else -1.
+	at int
 }
 
 // tenantLocked returns name's state, creating it.
 func (q *Queue) tenantLocked(name string) *tenant {
 	t := q.tenants[name]
 	if t == nil {
-		t = &tenant{name: name, quota: q.quotas.Of(name)}
+		t = &tenant{name: name, quota: q.quotas.Of(name), at: -1}
 		if q.tenants == nil {
 			q.tenants = map[string]*tenant{}
 		}
@@ -175,7 +177,7 @@ func (q *Queue) mayRunLocked(t *tenant) bool {
 // dropped on the way. With one tenant this is the oldest waiter: first in,
 // first out.
 func (q *Queue) nextLocked() *waiter {
-	if len(q.tenants) <= 1 {
+	if len(q.backlog) <= 1 {
 		for e := q.waiters.Front(); e != nil; e = q.waiters.Front() {
 			w := e.Value.(*waiter)
 			if w.ctx.Err() != nil {
@@ -189,30 +191,31 @@ func (q *Queue) nextLocked() *waiter {
 		}
 		return nil
 	}
-	var (
-		best                 *waiter
-		bestVtime, bestShare float64
-	)
-	for _, t := range q.tenants {
-		var front *waiter
-		for e := t.waiters.Front(); e != nil; e = t.waiters.Front() {
-			w := e.Value.(*waiter)
-			if w.ctx.Err() == nil {
-				front = w
-				break
+	// The fronts are compared first and only the chosen one's client is
+	// asked whether it is still there (a context's Err takes a lock): a
+	// hand-off costs one such question, not one per tenant.
+	for {
+		var (
+			best                 *waiter
+			bestVtime, bestShare float64
+		)
+		for _, t := range q.backlog {
+			e := t.waiters.Front()
+			if e == nil || !q.mayRunLocked(t) {
+				continue
 			}
-			q.removeLocked(w)
+			front := e.Value.(*waiter)
+			share := float64(t.running) / t.quota.Weight
+			if best == nil || t.vtime < bestVtime || t.vtime == bestVtime && (share < bestShare || share == bestShare &&
+				(front.queued.Before(best.queued) || front.queued.Equal(best.queued) && t.name < best.tenant.name)) {
+				best, bestVtime, bestShare = front, t.vtime, share
+			}
 		}
-		if front == nil || !q.mayRunLocked(t) {
-			continue
+		if best == nil || best.ctx.Err() == nil {
+			return best
 		}
-		share := float64(t.running) / t.quota.Weight
-		if best == nil || t.vtime < bestVtime || t.vtime == bestVtime && (share < bestShare || share == bestShare &&
-			(front.queued.Before(best.queued) || front.queued.Equal(best.queued) && t.name < best.tenant.name)) {
-			best, bestVtime, bestShare = front, t.vtime, share
-		}
+		q.removeLocked(best)
 	}
-	return best
 }
 
 // SetQuotas replaces the quotas (a reload): counts carry over, and a slot
@@ -312,12 +315,26 @@ func (t *tenant) admitLocked() {
 // than its own.
 func (q *Queue) backloggedLocked(t *tenant) {
 	least, any := 0.0, false
-	for _, o := range q.tenants {
-		if o != t && o.waiters.Len() > 0 && (!any || o.vtime < least) {
+	for _, o := range q.backlog {
+		if o != t && (!any || o.vtime < least) {
 			least, any = o.vtime, true
 		}
 	}
 	if any && least > t.vtime {
 		t.vtime = least
 	}
+	t.at = len(q.backlog)
+	q.backlog = append(q.backlog, t)
+}
+
+// unbackloggedLocked takes t, whose last waiter has left, out of the
+// backlog.
+func (q *Queue) unbackloggedLocked(t *tenant) {
+	if t.at < 0 {
+		return
+	}
+	last := q.backlog[len(q.backlog)-1]
+	q.backlog[t.at], last.at = last, t.at
+	q.backlog = q.backlog[:len(q.backlog)-1]
+	t.at = -1
 }
