@@ -409,6 +409,11 @@ func (p *Pool) start(f *fill) {
 			p.mu.Unlock()
 			logtag.Event(p.log, slog.LevelInfo, id, "POOL_FILL", logtag.Browser(f.key.String()), logtag.Duration(fmt.Sprintf("%.3fs", took.Seconds()), took))
 			p.m.fills.WithLabelValues("ready").Inc()
+			// Its place among the fills under way (and its start permit) is
+			// free: the next fill may start now, not at the next tick. Only
+			// after a browser got ready: a fill refused for want of a slot
+			// would otherwise retry without pause.
+			p.Kick()
 			return
 		case errors.Is(err, ErrNoSpare) || ctx.Err() != nil:
 			p.mu.Unlock()
