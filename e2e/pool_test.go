@@ -194,12 +194,27 @@ func TestDockerWarmPool(t *testing.T) {
 // hub stops nothing of the pool is left running.
 func TestLocalWarmPool(t *testing.T) {
 	requireRealParts(t)
-	h := startHub(t, "-limit", "2", "-warm-pool", "1")
+	// browsers.local.json has four names (chrome, and WebKit's three): -warm-pool
+	// 1 keeps one of each, and a session needs a slot beside them.
+	h := startHub(t, "-limit", "6", "-warm-pool", "1")
 	page := pageServer(t)
 	dir := t.TempDir()
-	h.await(t, "[POOL_FILL]")
+	// Ready means /status says so: a log line can belong to a fill that a
+	// claim has already taken.
+	poolReady := func() bool {
+		rows, _ := h.getJSON(t, "/status")["pool"].([]any)
+		for _, r := range rows {
+			if r := r.(map[string]any); r["browser"] == "chrome" {
+				return r["ready"] == 1.0
+			}
+		}
+		return false
+	}
 	var sessions []string
 	for i := range 2 {
+		if !waitFor(time.Minute, poolReady) {
+			t.Fatalf("the pool is not ready before session %d: %v", i, h.getJSON(t, "/status")["pool"])
+		}
 		shot := filepath.Join(dir, fmt.Sprintf("p%d.png", i))
 		r, err := runClient(h.url, page.URL, shot, 0)
 		if err != nil {
@@ -212,7 +227,6 @@ func TestLocalWarmPool(t *testing.T) {
 		}
 		sessions = append(sessions, r.Session)
 		t.Logf("session %d: created in %.3fs from the pool", i, r.Created)
-		h.await(t, "[POOL_FILL]") // the pool refills before the next client
 	}
 	if sessions[0] == sessions[1] {
 		t.Fatal("two clients got the same session")
