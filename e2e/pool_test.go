@@ -61,15 +61,7 @@ func TestDockerWarmPool(t *testing.T) {
 	defer func() {
 		// A drain does not wait for ready browsers: they serve no one, and
 		// go with the hub.
-		d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-d.done:
-			if err != nil {
-				t.Errorf("hub exit: %v", err)
-			}
-		case <-time.After(time.Minute):
-			t.Error("the hub did not exit on SIGTERM with only a ready browser left")
-		}
+		d.terminate(t)
 	}()
 
 	// Sampled all along, not waited on: the most browsers running at once.
@@ -237,5 +229,20 @@ func TestLocalWarmPool(t *testing.T) {
 	h.stop(t)
 	if left := ourProcesses(h.instance); len(left) != 0 {
 		t.Fatalf("processes of the pool left after the hub stopped: %v", left)
+	}
+}
+
+// terminate sends the hub SIGTERM and waits a minute at most for it to exit
+// cleanly.
+func (d *dockerHub) terminate(t *testing.T) {
+	t.Helper()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-d.done:
+		if err != nil {
+			t.Errorf("hub exit: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Error("the hub did not exit on SIGTERM")
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/crypto/bcrypt"
 )
@@ -46,15 +45,7 @@ func TestDockerQuotas(t *testing.T) {
 	defer func() {
 		// /status needs credentials here: the check is the hub's exit and
 		// no container of its instance left.
-		d.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-d.done:
-			if err != nil {
-				t.Errorf("hub exit: %v", err)
-			}
-		case <-time.After(time.Minute):
-			t.Error("the hub did not exit on SIGTERM")
-		}
+		d.terminate(t)
 		if left := containers(t, d.instance); len(left) != 0 {
 			t.Errorf("containers left: %v", left)
 		}
