@@ -1,0 +1,3 @@
+module github.com/websummoner/websummoner/images/pause
+
+go 1.26.0
