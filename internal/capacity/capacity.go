@@ -56,7 +56,7 @@ type Options struct {
 	SlowFactor float64
 }
 
-// Gate is the start gate. It implements queue.Gate.
+// Gate is the start gate. It implements queue.Gate and queue.SpareGate.
 type Gate struct {
 	opts     Options
 	log      *slog.Logger
@@ -84,6 +84,8 @@ type Gate struct {
 
 	m *metrics
 }
+
+var _ queue.SpareGate = (*Gate)(nil)
 
 // Validate says which flag holds a value the gate cannot work with.
 func (o Options) Validate() error {
@@ -209,8 +211,31 @@ func (g *Gate) TryStart(cost int) bool {
 	return true
 }
 
-// FinishStart ends a start reserved by TryStart(cost) with its outcome and
-// latency.
+// TrySpare reserves a start of cost containers for a warm-pool fill, the
+// lowest-priority start: only if a client's start (of cost 1) would still be
+// permitted beside it. FinishStart ends it as it ends any start.
+//
+// The permit a fill leaves to clients counts as taken when the gate judges
+// whether it was full: a gate grows only after a window in which it was, and
+// fills, which never take its last permit, would otherwise never fill it. A
+// gate at its initial limit of 2 would then run one fill at a time, and none
+// while a client's browser starts, however healthy the host.
+func (g *Gate) TrySpare(cost int) bool {
+	cost = max(cost, 1)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.permitsLocked(cost + 1) {
+		return false
+	}
+	g.inFlight += cost
+	if g.inFlight+1 >= g.limit {
+		g.winUsed = true
+	}
+	return true
+}
+
+// FinishStart ends a start reserved by TryStart(cost) or TrySpare(cost) with
+// its outcome and latency.
 func (g *Gate) FinishStart(cost int, o queue.StartOutcome, latency time.Duration) {
 	g.mu.Lock()
 	g.inFlight -= max(cost, 1)

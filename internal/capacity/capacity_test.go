@@ -345,3 +345,42 @@ func TestStartCost(t *testing.T) {
 		t.Fatal("a start ran beside one that already exceeds the limit")
 	}
 }
+
+// Warm-pool fills never take the permit a client's start could use, yet a
+// healthy window of fills alone grows the gate as a full one would: else a
+// gate at its initial limit of 2 runs one fill at a time for ever.
+func TestSpareStartsGrowTheGate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, _ := New(Options{Limit: 10}, nil, nil)
+		if st := g.Stats(); st.Limit != 2 {
+			t.Fatalf("initial limit %d, want 2", st.Limit)
+		}
+		if !g.TrySpare(1) {
+			t.Fatal("a fill refused by an empty gate")
+		}
+		if g.TrySpare(1) {
+			t.Fatal("a second fill took the last permit, a client's")
+		}
+		if !g.CanStart(1) {
+			t.Fatal("a fill left no permit to a client")
+		}
+		time.Sleep(2 * time.Second) // one start's time: the window closes with it
+		g.FinishStart(1, queue.StartSucceeded, 2*time.Second)
+		if st := g.Stats(); st.Limit != 4 {
+			t.Fatalf("limit after a healthy window of fills = %d, want 4", st.Limit)
+		}
+		if !g.TrySpare(1) || !g.TrySpare(1) {
+			t.Fatal("two fills could not overlap under a limit of 4")
+		}
+		if !g.CanStart(1) {
+			t.Fatal("two fills left no permit to a client")
+		}
+		g.FinishStart(1, queue.StartSucceeded, 2*time.Second)
+		g.FinishStart(1, queue.StartSucceeded, 2*time.Second)
+
+		// A client's start beside fills: they still leave one permit free.
+		if !g.TryStart(1) || !g.TrySpare(1) || !g.TrySpare(1) || g.TrySpare(1) || !g.CanStart(1) {
+			t.Fatalf("a client's start and fills under a limit of 4: %+v, want two fills and a permit left", g.Stats())
+		}
+	})
+}

@@ -7,9 +7,11 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/websummoner/websummoner/internal/capacity"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/pool"
 	"github.com/websummoner/websummoner/internal/queue"
+	"github.com/websummoner/websummoner/internal/wdstub"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
@@ -392,5 +394,36 @@ func TestTenantHeaderAndMaxSessions(t *testing.T) {
 		for _, s := range f.sess.List() {
 			f.do("DELETE", "/session/"+s.ID, "")
 		}
+	})
+}
+
+// A pool short of three browsers behind the default start gate (adaptive,
+// 2 starts at once at first): the first fill runs alone, its healthy start
+// grows the gate, and the other two overlap, each begun as soon as the gate
+// permits it. Before, fills never grew the gate (they leave its last permit
+// to clients, so they never filled it) and ran one at a time: 6 s for three
+// 2 s starts.
+func TestWarmPoolFillsOverlapBehindTheStartGate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, err := capacity.New(capacity.Options{Limit: 10}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := &stubLauncher{stub: wdstub.Options{NewSessionDelay: 2 * time.Second}}
+		f := newWarmFixture(t, queue.Options{Limit: 10, Gate: g}, pool.Options{Size: 3}, l)
+		time.Sleep(4*time.Second + 500*time.Millisecond)
+		synctest.Wait()
+		if st := f.hub.pool.Stats(); len(st) != 1 || st[0].Ready != 3 {
+			t.Fatalf("pool 4.5 s after start: %+v, want 3 ready (one 2 s start, then two side by side)", st)
+		}
+		if gs := g.Stats(); gs.Limit < 4 || gs.InFlight != 0 {
+			t.Fatalf("gate after the fills: %+v, want a limit of 4 or more and nothing in flight", gs)
+		}
+		// A client's start still finds its permit: a miss starts at once.
+		resp, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"timeZone":"UTC"}}}}`)
+		if resp.StatusCode != 200 {
+			t.Fatalf("miss beside the pool: %d %v", resp.StatusCode, body)
+		}
+		f.do("DELETE", "/session/"+sessionID(t, body), "")
 	})
 }

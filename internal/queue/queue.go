@@ -428,11 +428,29 @@ func (q *Queue) Spare(cost int) *Slot {
 	if q.closed || q.inUse >= q.opts.Limit || q.waiters.Len() > 0 || q.releasing > 0 {
 		return nil
 	}
-	if g := q.opts.Gate; g != nil && (!g.CanStart(cost+1) || !g.TryStart(cost)) {
+	if g := q.opts.Gate; g != nil && !trySpare(g, cost) {
 		return nil
 	}
 	q.inUse++
 	return &Slot{q: q, admitted: time.Now(), cost: cost}
+}
+
+// SpareGate is a start gate that knows a warm-pool fill from a client's
+// start (internal/capacity's does): TrySpare reserves a start of cost only
+// if a client's start of cost 1 would still be permitted beside it, and
+// counts the permit left to clients as taken when the gate judges whether
+// it was full, so that fills alone can grow it.
+type SpareGate interface {
+	TrySpare(cost int) bool
+}
+
+// trySpare reserves a fill's start with g: through TrySpare where g has it,
+// else as a start that leaves one permit to clients.
+func trySpare(g Gate, cost int) bool {
+	if sg, ok := g.(SpareGate); ok {
+		return sg.TrySpare(cost)
+	}
+	return g.CanStart(cost+1) && g.TryStart(cost)
 }
 
 // AdmittedFast records a client's admission that did not go through the

@@ -69,3 +69,39 @@ func TestSpareLeavesIdleAlone(t *testing.T) {
 		}
 	})
 }
+
+// spareGate is a fakeGate that also tells fills from clients' starts, as
+// internal/capacity's gate does.
+type spareGate struct {
+	fakeGate
+	spares int
+}
+
+func (g *spareGate) TrySpare(cost int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inFlight+cost+1 > g.permits {
+		return false
+	}
+	g.inFlight += cost
+	g.spares++
+	return true
+}
+
+// A gate that knows fills reserves them itself (and may count the permit
+// they leave to clients); Spare still refuses what it refuses.
+func TestSpareAsksASpareGate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &spareGate{fakeGate: fakeGate{permits: 2}}
+		h := newHarness(t, Options{Limit: 2, Timeout: time.Minute, Gate: g})
+		s := h.q.Spare(1)
+		if s == nil || g.spares != 1 {
+			t.Fatalf("spare slot %v, TrySpare calls %d: want a slot through TrySpare", s, g.spares)
+		}
+		if h.q.Spare(1) != nil {
+			t.Fatal("a second fill took the gate's last permit")
+		}
+		s.Started(StartSucceeded)
+		s.Release()
+	})
+}
