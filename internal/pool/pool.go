@@ -98,6 +98,12 @@ const (
 	// DefaultMaxFilling bounds the fills under way at once, whatever the
 	// sizes: fills compete with the host's other work and come last.
 	DefaultMaxFilling = 2
+	// minRetry is the first wait before a fill refused for want of a slot
+	// or a start permit is tried again; it doubles up to the Interval. The
+	// slot a session's teardown holds, or a client's start permit, is free
+	// again within milliseconds to a start's time, and a pool short of a
+	// browser misses every request meanwhile.
+	minRetry = 100 * time.Millisecond
 	// aliveTimeout bounds the check a ready browser passes before hand-over.
 	aliveTimeout = 2 * time.Second
 	// maxArrivals bounds what a key remembers of its arrivals.
@@ -188,6 +194,13 @@ type Pool struct {
 	stocks  map[Key]*stock
 	filling map[*fill]struct{}
 	fillIDs uint64
+
+	// retry is the wait before the next look after a fill found no spare
+	// slot or permit (minRetry, doubling up to Interval); 0 while fills get
+	// them.
+	retry        time.Duration
+	retryTime    *time.Timer
+	retryPending bool
 
 	kick chan struct{}
 	done chan struct{}
@@ -406,6 +419,7 @@ func (p *Pool) start(f *fill) {
 			s.ready = append(s.ready, ready{item: item, born: time.Now()})
 			s.failures, s.retryAt = 0, time.Time{}
 			s.coldStart = ewma(s.coldStart, took)
+			p.retry = 0
 			p.mu.Unlock()
 			logtag.Event(p.log, slog.LevelInfo, id, "POOL_FILL", logtag.Browser(f.key.String()), logtag.Duration(fmt.Sprintf("%.3fs", took.Seconds()), took))
 			p.m.fills.WithLabelValues("ready").Inc()
@@ -415,7 +429,11 @@ func (p *Pool) start(f *fill) {
 			// would otherwise retry without pause.
 			p.Kick()
 			return
-		case errors.Is(err, ErrNoSpare) || ctx.Err() != nil:
+		case errors.Is(err, ErrNoSpare):
+			p.retryLocked()
+			p.mu.Unlock()
+			return
+		case ctx.Err() != nil:
 			p.mu.Unlock()
 			return
 		}
@@ -428,6 +446,32 @@ func (p *Pool) start(f *fill) {
 		p.m.fills.WithLabelValues("failed").Inc()
 		logtag.Event(p.log, slog.LevelWarn, id, "POOL_FILL_FAILED", logtag.Browser(f.key.String()), err, fmt.Sprintf("next try in %v", backoff))
 	}()
+}
+
+// retryLocked schedules the next look after a fill found no spare slot or
+// start permit: soon (minRetry), since what held it up — a session's
+// teardown, a client's start — ends within a start's time, then less and
+// less often while none is found, down to the Interval's looks. A look
+// that finds a slot starts the fills the pool is short of, and each fill
+// that gets its browser ready resets the wait.
+func (p *Pool) retryLocked() {
+	if p.closed || p.retryPending {
+		return // one look is enough for every fill refused meanwhile
+	}
+	p.retry = min(max(2*p.retry, minRetry), p.opts.Interval)
+	p.retryPending = true
+	if p.retryTime == nil {
+		p.retryTime = time.AfterFunc(p.retry, p.retryNow)
+		return
+	}
+	p.retryTime.Reset(p.retry)
+}
+
+func (p *Pool) retryNow() {
+	p.mu.Lock()
+	p.retryPending = false
+	p.mu.Unlock()
+	p.Kick()
 }
 
 func ewma(old, sample time.Duration) time.Duration {
@@ -601,6 +645,9 @@ func (p *Pool) Close() {
 	}
 	if p.opts.On() {
 		close(p.done)
+	}
+	if p.retryTime != nil {
+		p.retryTime.Stop()
 	}
 	p.mu.Unlock()
 	for i, r := range drops {

@@ -409,3 +409,23 @@ func TestNothingBeforeStart(t *testing.T) {
 		}
 	})
 }
+
+// A fill refused for want of a slot (a session's teardown still holds it)
+// is tried again within a fraction of a second, not at the next look a
+// second later: a pool short of a browser misses every request meanwhile.
+func TestRefusedFillIsRetriedSoon(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeFiller{entries: map[Key]int{chrome: -1}, limit: 1, slots: 1, startTime: 2 * time.Second}
+		p, _ := newPool(t, Options{Size: 1}, f)
+		synctest.Wait() // the first look: refused, every slot is held
+		time.Sleep(250 * time.Millisecond)
+		f.mu.Lock()
+		f.slots-- // the teardown ends: the slot is free
+		f.mu.Unlock()
+		time.Sleep(2*time.Second + 200*time.Millisecond)
+		synctest.Wait()
+		if n := readyOf(p, chrome); n != 1 {
+			t.Fatalf("ready 2.2 s after the slot was freed = %d, want 1 (a fill started within 0.2 s of it)", n)
+		}
+	})
+}
