@@ -98,6 +98,10 @@ const (
 	// DefaultMaxFilling bounds the fills under way at once, whatever the
 	// sizes: fills compete with the host's other work and come last.
 	DefaultMaxFilling = 2
+	// missShare is the share of requests an adaptive pool may leave without
+	// a ready browser for want of refills: its size is the refills under
+	// way that are exceeded that rarely (baseStock).
+	missShare = 0.01
 	// minRetry is the first wait before a fill refused for want of a slot
 	// or a start permit is tried again; it doubles up to the Interval. The
 	// slot a session's teardown holds, or a client's start permit, is free
@@ -117,7 +121,8 @@ type Options struct {
 	Size int
 	// Adaptive is -warm-pool adaptive: size each key's pool from the arrival
 	// rate of matching requests times the measured start time (Little's law),
-	// with headroom; 0 when nothing arrived within Window.
+	// so that the refills under way rarely outnumber the ready browsers
+	// (baseStock); 0 when nothing arrived within Window.
 	Adaptive bool
 	// MaxAge is -warm-pool-max-age: a ready browser older than this is
 	// replaced. Zero: DefaultMaxAge.
@@ -291,15 +296,46 @@ func (p *Pool) targetLocked(k Key, s *stock, fixed int, now time.Time) int {
 	if len(s.arrivals) == 0 {
 		return 0
 	}
-	// Little's law: the requests that arrive while one browser starts are
-	// the browsers that must be ready to meet them; doubled for the burst
-	// a Poisson process brings, and one more so a lone arrival finds one.
 	rate := float64(len(s.arrivals)) / p.opts.Window.Seconds()
 	start := s.coldStart
 	if start == 0 {
 		start = DefaultColdStart
 	}
-	return int(math.Ceil(2*rate*start.Seconds())) + 1
+	return baseStock(rate*start.Seconds(), missShare)
+}
+
+// baseStock is how many ready browsers a pool must hold so that a request
+// finds none at most a miss share of the time, when each claim starts a
+// refill at once and refills run side by side. The refills under way then
+// number as many as requests arrive during one start: on average the rate
+// times the start time (Little's law), and, requests arriving at random, a
+// Poisson number of that mean. A request misses when they are at least the
+// pool's size, so the size is the least n with P(refills ≥ n) ≤ miss; one at
+// least, so that a lone request finds one.
+//
+// Doubling the mean and adding one, as the pool did first, holds 3 at a
+// mean of 0.8 (0.4 requests a second, 2 s starts): 5 % of requests then
+// miss from refills alone, before any slot is short. This holds 4 (1 %).
+// At high rates it holds fewer than that rule: the spread of a Poisson
+// number grows as its square root, not as its mean.
+func baseStock(mean, miss float64) int {
+	if mean <= 0 {
+		return 1
+	}
+	if mean > 100 {
+		// The normal approximation, where e^-mean underflows; z is the
+		// normal's 99th percentile, the default miss share's.
+		return int(math.Ceil(mean+2.33*math.Sqrt(mean))) + 1
+	}
+	p := math.Exp(-mean) // P(refills = n)
+	cdf := p             // P(refills ≤ n-1) once n counts from 1
+	n := 1
+	for 1-cdf > miss {
+		p *= mean / float64(n)
+		cdf += p
+		n++
+	}
+	return n
 }
 
 func trimBefore(ts []time.Time, cut time.Time) []time.Time {
@@ -359,7 +395,7 @@ func (p *Pool) tend() {
 			kept = append(kept, r)
 		}
 		s.ready = kept
-		for len(s.ready) > target {
+		for len(s.ready) > target && p.surplusLocked(s.ready[0], target, now) {
 			drops = append(drops, drop{k, s.ready[0].item, ReasonSurplus})
 			s.ready = s.ready[1:]
 		}
@@ -381,6 +417,19 @@ func (p *Pool) tend() {
 	for _, f := range starts {
 		p.start(f)
 	}
+}
+
+// surplusLocked reports whether r, the oldest of more ready browsers than
+// the target, is thrown away. An adaptive pool's target follows the last
+// minute's arrivals and dips by one or two as they come and go: a browser
+// thrown away at a dip is a start wasted, and the next claims would have
+// used it (they take the oldest first, and start no refill while the pool
+// holds more than it aims for). So while requests still arrive, one goes
+// only once it has waited a whole Window unclaimed; a fixed size is the
+// operator's bound, and an empty target means nothing arrives: those go at
+// once.
+func (p *Pool) surplusLocked(r ready, target int, now time.Time) bool {
+	return !p.opts.Adaptive || target == 0 || now.Sub(r.born) >= p.opts.Window
 }
 
 func exited(it Item) bool {

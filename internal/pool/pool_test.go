@@ -290,7 +290,8 @@ func TestAdaptiveFollowsArrivals(t *testing.T) {
 		if f.fills != 0 {
 			t.Fatalf("adaptive pool started %d browsers with no request", f.fills)
 		}
-		// A request every 5s: 0.2/s × 2s start × 2 + 1 = 2 ready.
+		// A request every 5s: 0.2/s × 2s start = 0.4 refills under way on
+		// average; 3 ready leave a request without one < 1 % of the time.
 		for range 24 {
 			if it, _ := p.Claim(t.Context(), "r", chrome, hit); it != nil {
 				it.Discard() // the session ends: its browser and slot go
@@ -298,8 +299,8 @@ func TestAdaptiveFollowsArrivals(t *testing.T) {
 			time.Sleep(5 * time.Second)
 		}
 		synctest.Wait()
-		if n := readyOf(p, chrome); n != 2 {
-			t.Fatalf("ready under 0.2 requests/s = %d, want 2 (%+v, fills %d)", n, p.Stats(), f.fills)
+		if n := readyOf(p, chrome); n != 3 {
+			t.Fatalf("ready under 0.2 requests/s = %d, want 3 (%+v, fills %d)", n, p.Stats(), f.fills)
 		}
 		time.Sleep(2 * time.Minute) // nothing arrives: the pool empties
 		synctest.Wait()
@@ -410,6 +411,27 @@ func TestNothingBeforeStart(t *testing.T) {
 	})
 }
 
+// The adaptive size: the least n that the refills under way (a Poisson
+// number of mean rate × start) reach at most 1 % of the time.
+func TestBaseStock(t *testing.T) {
+	for _, c := range []struct {
+		mean float64
+		want int
+	}{
+		{0, 1},    // nothing starts: one, so that a lone request finds one
+		{0.05, 2}, // P(≥1) = 4.9 %, P(≥2) = 0.1 %
+		{0.4, 3},  // P(≥2) = 6.2 %, P(≥3) = 0.8 %
+		{0.8, 4},  // 0.4 requests/s × 2 s: P(≥3) = 4.7 %, P(≥4) = 0.9 %
+		{2, 7},    // P(≥6) = 1.7 %, P(≥7) = 0.5 %
+		{10, 19},  // P(≥18) = 1.4 %, P(≥19) = 0.7 %
+		{400, 448},
+	} {
+		if got := baseStock(c.mean, missShare); got != c.want {
+			t.Errorf("baseStock(%v) = %d, want %d", c.mean, got, c.want)
+		}
+	}
+}
+
 // A fill refused for want of a slot (a session's teardown still holds it)
 // is tried again within a fraction of a second, not at the next look a
 // second later: a pool short of a browser misses every request meanwhile.
@@ -426,6 +448,49 @@ func TestRefusedFillIsRetriedSoon(t *testing.T) {
 		synctest.Wait()
 		if n := readyOf(p, chrome); n != 1 {
 			t.Fatalf("ready 2.2 s after the slot was freed = %d, want 1 (a fill started within 0.2 s of it)", n)
+		}
+	})
+}
+
+// Slowly coming and going arrivals move an adaptive pool's target by one
+// now and then: a ready browser over the target is kept for the next
+// request, not thrown away and started again; one that waits a whole window
+// unclaimed goes.
+func TestAdaptiveSurplusIsKeptForTheNextRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := &fakeFiller{entries: map[Key]int{chrome: 0}, limit: 10, startTime: 2 * time.Second}
+		p, _ := newPool(t, Options{Adaptive: true, Window: time.Minute}, f)
+		// 0.5 requests/s for a minute: 1 refill under way on average, 5 ready.
+		for range 30 {
+			if it, _ := p.Claim(t.Context(), "r", chrome, hit); it != nil {
+				it.Discard()
+			}
+			time.Sleep(2 * time.Second)
+		}
+		synctest.Wait()
+		if n := readyOf(p, chrome); n != 5 {
+			t.Fatalf("ready under 0.5 requests/s = %d, want 5", n)
+		}
+		// Then one every 10 s: the target falls to 3 within the minute.
+		for range 5 {
+			if it, _ := p.Claim(t.Context(), "r", chrome, hit); it != nil {
+				it.Discard()
+			}
+			time.Sleep(10 * time.Second)
+		}
+		synctest.Wait()
+		if got := testutil.ToFloat64(p.m.discarded.WithLabelValues(ReasonSurplus)); got != 0 {
+			t.Fatalf("surplus discards while requests arrive = %v, want 0", got)
+		}
+		if st := p.Stats(); st[0].Target >= st[0].Ready {
+			t.Fatalf("%+v: the test wants more ready than the target", st)
+		}
+		// Nobody asks for a minute more: those over the target have
+		// waited a window, and then the target is 0.
+		time.Sleep(70 * time.Second)
+		synctest.Wait()
+		if n := readyOf(p, chrome); n != 0 || f.held() != 0 {
+			t.Fatalf("ready after a quiet minute = %d (slots %d), want 0", n, f.held())
 		}
 	})
 }
