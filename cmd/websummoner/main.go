@@ -26,6 +26,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/websummoner/websummoner/internal/auth"
 	"github.com/websummoner/websummoner/internal/capacity"
@@ -35,6 +39,7 @@ import (
 	"github.com/websummoner/websummoner/internal/hub"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/launcher/docker"
+	"github.com/websummoner/websummoner/internal/launcher/kube"
 	"github.com/websummoner/websummoner/internal/launcher/process"
 	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/netns"
@@ -77,6 +82,13 @@ type flagConfig struct {
 	launch   launcher.Options // shared by both launchers
 	process  process.Options
 	docker   docker.Options
+	// kube is the Kubernetes launcher's (-kubernetes), and kubeconfig,
+	// kubeQPS and kubeBurst its API client's.
+	kube       kube.Options
+	kubernetes bool
+	kubeconfig string
+	kubeQPS    float64
+	kubeBurst  int
 	// logKeep and videoKeep are -log-retention-* and -video-retention-*.
 	logKeep, videoKeep retention.Options
 
@@ -125,6 +137,11 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.Func("video-retention-size", "Remove the oldest videos until -video-output-dir holds at most this much, e.g. 100g (0 = keep everything)", retentionSize(&c.videoKeep.MaxSize))
 	fs.StringVar(&c.processSandbox, "process-sandbox", "auto", "Run each local driver in a sandbox of its own (bubblewrap: own network namespace, unprivileged user, private /tmp, no view of the host's files): on, off, or auto (on under -htpasswd, where more than one user shares the host; the hub refuses to start there without it)")
 	fs.BoolVar(&c.disableDocker, "disable-docker", false, "Run browsers as local driver processes (image = command line) and never connect to Docker")
+	fs.BoolVar(&c.kubernetes, "kubernetes", false, "Run image entries as Kubernetes pods, one per session, instead of Docker containers (docs/kubernetes.md)")
+	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "With -kubernetes: the kubeconfig file; empty means the in-cluster service account, then $KUBECONFIG, then ~/.kube/config")
+	fs.StringVar(&c.kube.Namespace, "namespace", "", "With -kubernetes: the namespace of the browsers' pods; empty means the hub's own (in the cluster) or the kubeconfig context's, else \"default\"")
+	fs.Float64Var(&c.kubeQPS, "kube-qps", 20, "With -kubernetes: API requests a second the hub may make on average (client-go's QPS)")
+	fs.IntVar(&c.kubeBurst, "kube-burst", 40, "With -kubernetes: API requests the hub may make at once above -kube-qps (client-go's burst)")
 	fs.BoolVar(&c.showVersion, "version", false, "Print the version and exit")
 	fs.BoolVar(&c.health, "healthcheck", false, "Ask the hub serving on -listen (on this host) whether it is healthy: exit 0 if /healthz answers 200, else 1 (a container HEALTHCHECK with no shell or curl)")
 	fs.DurationVar(&c.gracefulPeriod, "graceful-period", 300*time.Second, "On SIGTERM, how long live sessions may run on before they are ended")
@@ -222,7 +239,11 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	c.gate.Limit = c.queue.Limit
 	c.hub.SessionDeleteTimeout = c.launch.StopTimeout
 	c.launch.LogDir = c.logOutputDir
-	c.process.Options, c.docker.Options = c.launch, c.launch
+	c.process.Options, c.docker.Options, c.kube.Options = c.launch, c.launch, c.launch
+	c.kube.Mem, c.kube.CPU, c.kube.SweepInterval = c.docker.Mem, c.docker.CPU, c.docker.SweepInterval
+	if c.kubernetes && c.disableDocker {
+		return nil, errors.New("-kubernetes runs the image entries of browsers.json as pods, and -disable-docker says there are none: give one of them")
+	}
 	c.hub.LogDir = c.logOutputDir
 	c.logKeep.Kind, c.logKeep.Dir = "log", c.logOutputDir
 	c.videoKeep.Kind = "video" // its Dir once -video-output-dir is known to be usable (build)
@@ -245,7 +266,7 @@ type program struct {
 	queue      *queue.Queue
 	sessions   *session.Registry
 	procs      *process.Launcher
-	containers *docker.Launcher // nil with -disable-docker
+	containers imageLauncher // nil with -disable-docker
 	hub        *hub.Hub
 
 	retention []*retention.Retention // -log-retention-*, -video-retention-*
@@ -344,7 +365,27 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	c.process.ReadyTransport, c.docker.ReadyTransport = drivers, drivers
 	p.procs = process.New(c.process, p.log)
 	launchers := hub.Launchers{Process: p.procs}
-	if !c.disableDocker {
+	switch {
+	case c.kubernetes:
+		client, ns, err := kubeClient(c.kubeconfig, c.kubeQPS, c.kubeBurst)
+		if err != nil {
+			return nil, err
+		}
+		if c.kube.Namespace == "" {
+			c.kube.Namespace = ns
+		}
+		// client-go's own log lines (a watch that broke, a throttled
+		// request) join the hub's.
+		klog.SetSlogLogger(p.log)
+		c.kube.OnHealth = gate.SetHealthy
+		c.kube.ReadyTransport = drivers
+		c.hub.VideoDir = ""
+		pods, err := kube.New(c.kube, client, p.log, reg)
+		if err != nil {
+			return nil, err
+		}
+		p.containers, launchers.Docker = pods, pods
+	case !c.disableDocker:
 		engine, err := docker.NewEngine()
 		if err != nil {
 			return nil, fmt.Errorf("connecting to the Docker engine: %v (check DOCKER_HOST, or run with -disable-docker)", err)
@@ -363,10 +404,11 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 				return nil, err
 			}
 		}
-		if p.containers, err = docker.New(c.docker, engine, p.log, reg); err != nil {
+		containers, err := docker.New(c.docker, engine, p.log, reg)
+		if err != nil {
 			return nil, err
 		}
-		launchers.Docker = p.containers
+		p.containers, launchers.Docker = containers, containers
 	}
 	c.videoKeep.Dir = c.hub.VideoDir
 	for _, o := range []retention.Options{c.logKeep, c.videoKeep} {
@@ -390,6 +432,51 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// imageLauncher runs browsers.json's image entries: in Docker containers, or
+// in Kubernetes pods (-kubernetes).
+type imageLauncher interface {
+	launcher.Launcher
+	// Prepare checks the backend and removes what an earlier run left.
+	Prepare(ctx context.Context)
+	// Watch follows the backend's health and sweeps until ctx ends.
+	Watch(ctx context.Context)
+	// SweepAll removes every browser of this instance.
+	SweepAll(ctx context.Context) int
+}
+
+// kubeClient is the Kubernetes API client of -kubeconfig, or else of the
+// pod's service account in a cluster, $KUBECONFIG or ~/.kube/config; and the
+// namespace they name.
+func kubeClient(path string, qps float64, burst int) (kubernetes.Interface, string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = path
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+	var cfg *rest.Config
+	var err error
+	if path == "" {
+		cfg, err = rest.InClusterConfig()
+	}
+	if cfg == nil {
+		if cfg, err = cc.ClientConfig(); err != nil {
+			return nil, "", fmt.Errorf("-kubernetes: no cluster to use (%v); give -kubeconfig, set $KUBECONFIG, or run the hub in the cluster", err)
+		}
+	}
+	ns, _, err := cc.Namespace()
+	if err != nil || ns == "" {
+		ns = "default"
+	}
+	if qps <= 0 || burst <= 0 {
+		return nil, "", fmt.Errorf("-kube-qps and -kube-burst must be positive (got %v and %d)", qps, burst)
+	}
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	cfg.UserAgent = "websummoner/" + version
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("-kubernetes: %v", err)
+	}
+	return client, ns, nil
 }
 
 // serve listens, removes what an earlier run of this instance left, serves until

@@ -1,0 +1,319 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/websummoner/websummoner/internal/config"
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/webdriver"
+)
+
+// These tests run the launcher over client-go's fake clientset: the API
+// server's faults (a quota refusing, throttling) and a node's answers (a pod
+// unschedulable, an image missing) are made on demand here; the real
+// cluster's are in e2e's Kubernetes tests (make k8s-e2e).
+
+func entry(image, port string) config.Resolved {
+	return config.Resolved{Name: "chrome", Version: "1", Browser: &config.Browser{Image: config.Image{Name: image}, Port: port, Path: "/"}}
+}
+
+func newLauncher(t *testing.T, client *fake.Clientset) *Launcher {
+	t.Helper()
+	l, err := New(Options{Namespace: "browsers", HubAddresses: []string{"10.0.0.1"},
+		Options: launcher.Options{Instance: "test", StartupTimeout: 20 * time.Second, StopTimeout: 10 * time.Second}}, client, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	l.Prepare(ctx)
+	if up, why := l.Ready(); !up {
+		t.Fatalf("not ready: %s", why)
+	}
+	return l
+}
+
+// node plays the kubelet: each pod created is given the status set returns.
+func node(t *testing.T, client *fake.Clientset, set func(*corev1.Pod)) {
+	t.Helper()
+	w, err := client.CoreV1().Pods("browsers").Watch(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	go func() {
+		for ev := range w.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if ev.Type != watch.Added || !ok {
+				continue
+			}
+			pod = pod.DeepCopy()
+			set(pod)
+			_, _ = client.CoreV1().Pods("browsers").UpdateStatus(context.Background(), pod, metav1.UpdateOptions{})
+		}
+	}()
+}
+
+func running(ip string) func(*corev1.Pod) {
+	return func(p *corev1.Pod) {
+		p.Spec.NodeName = "node-1"
+		p.Status.Phase = corev1.PodRunning
+		p.Status.PodIP = ip
+	}
+}
+
+func TestPodSpec(t *testing.T) {
+	l := &Launcher{opts: Options{Namespace: "browsers", Mem: "1g", Options: launcher.Options{Instance: "hub_A"}}}
+	b := entry("websummoner/chromium:latest", "")
+	b.ShmSize = 256 << 20
+	b.CPU = "0.5"
+	b.Hosts = []string{"db:10.1.1.1"}
+	b.Tmpfs = map[string]string{"/tmp": "size=64m,mode=1777"}
+	b.Labels = map[string]string{"team": "web", "websummoner.instance": "forged"}
+	r := launcher.Request{ID: "7", Browser: b, Options: webdriver.Options{Name: "my test: login", TimeZone: "Europe/Berlin",
+		HostsEntries: []string{"api:10.1.1.2", "db2:10.1.1.1"}, Labels: map[string]string{"team": "client", "build": "not a label value!"}}}
+	pod, err := l.podSpec(r, podName("hub_A", "7-abc"), "7-abc", "10.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod.Name != "websummoner-hub-a-7-abc" {
+		t.Errorf("name %q", pod.Name)
+	}
+	if pod.Labels[LabelInstance] != "hub_A" || pod.Labels[LabelSession] != "7-abc" || pod.Labels["team"] != "web" {
+		t.Errorf("labels %v: want the instance, the session, and the operator's over the client's", pod.Labels)
+	}
+	if pod.Annotations["build"] != "not a label value!" || pod.Annotations[AnnotationName] != "my test: login" || pod.Annotations[AnnotationBrowser] != "chrome 1" {
+		t.Errorf("annotations %v", pod.Annotations)
+	}
+	s := pod.Spec
+	if s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken || s.EnableServiceLinks == nil || *s.EnableServiceLinks {
+		t.Error("a browser pod must get no service account token and no service environment")
+	}
+	if s.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("restart policy %s: a browser serves one session", s.RestartPolicy)
+	}
+	c := s.Containers[0]
+	if c.ImagePullPolicy != corev1.PullNever || c.Image != "websummoner/chromium:latest" {
+		t.Errorf("image %s, pull %s", c.Image, c.ImagePullPolicy)
+	}
+	mem := c.Resources.Limits[corev1.ResourceMemory]
+	cpu := c.Resources.Requests[corev1.ResourceCPU]
+	if mem.Cmp(resource.MustParse("1Gi")) != 0 || cpu.Cmp(resource.MustParse("500m")) != 0 || !equalLists(c.Resources.Requests, c.Resources.Limits) {
+		t.Errorf("resources %v: want requests = limits, 1Gi and 500m", c.Resources)
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	if env["TZ"] != "Europe/Berlin" || env["WEBSUMMONER_HUB_ADDRESSES"] != "10.0.0.1" {
+		t.Errorf("env %v", env)
+	}
+	mounts := map[string]bool{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.MountPath] = true
+	}
+	if !mounts["/dev/shm"] || !mounts["/tmp"] {
+		t.Errorf("mounts %v: want /dev/shm and /tmp in memory", c.VolumeMounts)
+	}
+	for _, v := range s.Volumes {
+		if v.Name == shmVolume && (v.EmptyDir == nil || v.EmptyDir.Medium != corev1.StorageMediumMemory || v.EmptyDir.SizeLimit.Value() != 256<<20) {
+			t.Errorf("shm volume %+v", v)
+		}
+	}
+	if len(s.HostAliases) != 2 || s.HostAliases[0].IP != "10.1.1.1" || strings.Join(s.HostAliases[0].Hostnames, ",") != "db,db2" {
+		t.Errorf("host aliases %v", s.HostAliases)
+	}
+}
+
+func equalLists(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || v.Cmp(w) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func TestPodSpecRefuses(t *testing.T) {
+	l := &Launcher{opts: Options{Namespace: "browsers", Options: launcher.Options{Instance: "a"}}}
+	for name, o := range map[string]webdriver.Options{
+		"enableVideo":           {EnableVideo: true},
+		"additionalNetworks":    {AdditionalNetworks: []string{"net"}},
+		"applicationContainers": {ApplicationContainers: []string{"db"}},
+		"containerHostname":     {ContainerHostname: "Not_A_Label"},
+		"hostsEntries":          {HostsEntries: []string{"db:not-an-ip"}},
+	} {
+		if _, err := l.podSpec(launcher.Request{ID: "1", Browser: entry("img", ""), Options: o}, "p", "s", ""); err == nil {
+			t.Errorf("%s: a pod was made", name)
+		}
+	}
+	b := entry("img", "")
+	b.Volumes = []string{"named:/data"}
+	if _, err := l.podSpec(launcher.Request{ID: "1", Browser: b}, "p", "s", ""); err == nil {
+		t.Error("a named Docker volume was taken")
+	}
+}
+
+func TestStartServesAndStops(t *testing.T) {
+	driver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+	defer driver.Close()
+	host, port, _ := net.SplitHostPort(driver.Listener.Addr().String())
+	client := fake.NewClientset()
+	node(t, client, running(host))
+	l := newLauncher(t, client)
+	inst, err := l.Start(context.Background(), launcher.Request{ID: "1", Browser: entry("img", port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := inst.Endpoints()
+	if e.Driver.Host != driver.Listener.Addr().String() || e.VNC == nil || e.VNC.Port() != "5900" || e.DevTools.Port() != "7070" {
+		t.Errorf("endpoints %+v", e)
+	}
+	name, ip := inst.(launcher.Container).ContainerInfo()
+	if ip != host || !strings.HasPrefix(name, "websummoner-test-1-") {
+		t.Errorf("container info %s %s", name, ip)
+	}
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pods, _ := client.CoreV1().Pods("browsers").List(context.Background(), metav1.ListOptions{})
+	if len(pods.Items) != 0 {
+		t.Errorf("%d pods left after Stop", len(pods.Items))
+	}
+	select {
+	case <-inst.Exited():
+		t.Error("a pod the hub deleted was reported as ended on its own")
+	default:
+	}
+}
+
+func TestPodDeletedUnderASessionEndsIt(t *testing.T) {
+	driver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+	defer driver.Close()
+	host, port, _ := net.SplitHostPort(driver.Listener.Addr().String())
+	client := fake.NewClientset()
+	node(t, client, running(host))
+	l := newLauncher(t, client)
+	inst, err := l.Start(context.Background(), launcher.Request{ID: "1", Browser: entry("img", port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _ := inst.(launcher.Container).ContainerInfo()
+	if err := client.CoreV1().Pods("browsers").Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-inst.Exited():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the session's pod was deleted and the instance did not exit")
+	}
+	if !strings.Contains(inst.ExitReason(), "deleted") {
+		t.Errorf("exit reason %q", inst.ExitReason())
+	}
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Errorf("Stop after the pod went: %v", err)
+	}
+}
+
+func TestStartFaults(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status func(*corev1.Pod)
+		phase  string
+		down   bool
+		says   string
+	}{
+		{"unschedulable", func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodPending
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 Insufficient memory."}}
+		}, launcher.PhaseStart, true, "Insufficient memory"},
+		{"image missing", func(p *corev1.Pod) {
+			p.Spec.NodeName = "node-1"
+			p.Status.Phase = corev1.PodPending
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: browserContainer, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: "Container image \"img\" is not present with pull policy of Never"}}}}
+		}, launcher.PhaseImage, false, "not on node node-1"},
+		{"container exits", func(p *corev1.Pod) {
+			p.Status.Phase = corev1.PodFailed
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: browserContainer, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}}}
+		}, launcher.PhaseStartup, false, "out of memory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			node(t, client, tc.status)
+			l := newLauncher(t, client)
+			_, err := l.Start(context.Background(), launcher.Request{ID: "1", Browser: entry("img", "4444")})
+			var se *launcher.StartError
+			if !errors.As(err, &se) || se.Phase != tc.phase || se.Down != tc.down || !strings.Contains(se.Msg, tc.says) {
+				t.Fatalf("got %#v, want phase %s, down %v, saying %q", err, tc.phase, tc.down, tc.says)
+			}
+			pods, _ := client.CoreV1().Pods("browsers").List(context.Background(), metav1.ListOptions{})
+			if len(pods.Items) != 0 {
+				t.Errorf("%d pods left by a failed start", len(pods.Items))
+			}
+		})
+	}
+}
+
+func TestCreateRefusals(t *testing.T) {
+	pods := schema.GroupResource{Resource: "pods"}
+	for _, tc := range []struct {
+		name string
+		err  error
+		down bool
+		says string
+	}{
+		{"quota", apierrors.NewForbidden(pods, "p", errors.New("exceeded quota: two-pods, requested: pods=1, used: pods=2, limited: pods=2")), true, "ResourceQuota"},
+		{"throttled", apierrors.NewTooManyRequests("slow down", 1), true, "throttling"},
+		{"rbac", apierrors.NewForbidden(pods, "p", errors.New("User \"system:serviceaccount:x:hub\" cannot create resource \"pods\"")), false, "rbac.yaml"},
+		{"down", apierrors.NewServiceUnavailable("etcd is down"), true, "unreachable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			l := newLauncher(t, client)
+			client.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tc.err })
+			_, err := l.Start(context.Background(), launcher.Request{ID: "1", Browser: entry("img", "4444")})
+			var se *launcher.StartError
+			if !errors.As(err, &se) || se.Down != tc.down || !se.Engine || !strings.Contains(se.Msg, tc.says) {
+				t.Fatalf("got %#v, want down %v saying %q", err, tc.down, tc.says)
+			}
+			l.mu.Lock()
+			left := len(l.pods)
+			l.mu.Unlock()
+			if left != 0 {
+				t.Errorf("%d pods still owned after a refused create", left)
+			}
+		})
+	}
+}
+
+func TestPrepareSweepsThisInstancesPods(t *testing.T) {
+	mk := func(name, instance string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "browsers", Labels: map[string]string{LabelInstance: instance}}}
+	}
+	client := fake.NewClientset(mk("old", "test"), mk("other", "another-hub"))
+	newLauncher(t, client)
+	pods, _ := client.CoreV1().Pods("browsers").List(context.Background(), metav1.ListOptions{})
+	if len(pods.Items) != 1 || pods.Items[0].Name != "other" {
+		t.Errorf("pods after the start-up sweep: %v; want only another hub's", pods.Items)
+	}
+}

@@ -1,0 +1,289 @@
+package kube
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/websummoner/websummoner/internal/config"
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/launcher/docker"
+)
+
+// Names of the pod's containers and volumes.
+const (
+	browserContainer = "browser"
+	shmVolume        = "dshm"
+)
+
+// Annotations a pod carries beside its labels: what is not a valid label
+// value ("name version" has a space).
+const (
+	AnnotationBrowser = "websummoner.browser"
+	AnnotationName    = "websummoner.name" // the client's session name (Selenoid's "name" label)
+)
+
+// Side-service ports of Selenoid's browser image contract. A pod's image is
+// not inspected (the node has it, the hub may not), so every one is offered,
+// as Selenoid does for an image that exposes none; a service the image lacks
+// answers its side channel with a refused connection.
+var sidePorts = []struct {
+	name   string
+	port   int32
+	scheme string
+	set    func(*launcher.Endpoints, string)
+}{
+	{"devtools", 7070, "http", func(e *launcher.Endpoints, h string) { e.DevTools = urlOf("http", h) }},
+	{"vnc", 5900, "tcp", func(e *launcher.Endpoints, h string) { e.VNC = urlOf("tcp", h) }},
+	{"files", 8080, "http", func(e *launcher.Endpoints, h string) { e.Files = urlOf("http", h) }},
+	{"clipboard", 9090, "http", func(e *launcher.Endpoints, h string) { e.Clipboard = urlOf("http", h) }},
+}
+
+// podName is a pod's name: DNS-1123, at most 63 characters so that the
+// hostname Kubernetes derives from it is the whole name.
+func podName(instance, session string) string {
+	return dnsLabel("websummoner-" + instance + "-" + session)
+}
+
+// dnsLabel makes s a DNS-1123 label: lower case letters, digits and '-',
+// starting and ending with an alphanumeric, at most 63 characters.
+func dnsLabel(s string) string {
+	b := []byte(strings.ToLower(s))
+	for k, c := range b {
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9') {
+			b[k] = '-'
+		}
+	}
+	out := strings.Trim(string(b[:min(len(b), 63)]), "-")
+	if out == "" {
+		return "x"
+	}
+	return out
+}
+
+// labelValue makes s a valid label value, for the labels the hub selects by.
+func labelValue(s string) string {
+	b := []byte(s)
+	for k, c := range b {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			b[k] = '_'
+		}
+	}
+	return strings.Trim(string(b[:min(len(b), 63)]), "-_.")
+}
+
+// podSpec builds the pod from the browsers.json entry and the client's
+// options. As for a container, what a client may influence is an explicit
+// allow-list (env, labels, time zone, screen, VNC, hosts entries, DNS
+// servers, hostname); mounts, resources and privileges come from the
+// operator's configuration only, and the pod gets no credentials of the
+// cluster's (no service account token) and no environment of its services.
+func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string) (*corev1.Pod, error) {
+	b, o := r.Browser.Browser, r.Options
+	if o.EnableVideo {
+		return nil, errVideo
+	}
+	if len(o.AdditionalNetworks) > 0 || len(o.ApplicationContainers) > 0 {
+		return nil, fmt.Errorf("additionalNetworks and applicationContainers name Docker networks and containers, which a pod on Kubernetes cannot join; reach other services by their Kubernetes names instead")
+	}
+	port, err := strconv.ParseInt(portOf(b), 10, 32)
+	if err != nil || port <= 0 || port > 65535 {
+		return nil, fmt.Errorf("\"port\" %q is not a port number", b.Port)
+	}
+	labels, annotations := map[string]string{}, map[string]string{AnnotationBrowser: r.Browser.String()}
+	put := func(k, v string) {
+		if strings.HasPrefix(k, "websummoner.") || len(validation.IsQualifiedName(k)) > 0 {
+			return // ours, or not a name Kubernetes takes for a label or an annotation
+		}
+		if len(validation.IsValidLabelValue(v)) == 0 {
+			labels[k] = v
+			return
+		}
+		annotations[k] = v
+	}
+	for _, k := range slices.Sorted(maps.Keys(o.Labels)) {
+		put(k, o.Labels[k])
+	}
+	for _, k := range slices.Sorted(maps.Keys(b.Labels)) {
+		put(k, b.Labels[k]) // the operator's win
+	}
+	if o.Name != "" {
+		annotations[AnnotationName] = o.Name
+	}
+	labels[LabelInstance] = labelValue(l.opts.Instance)
+	labels[LabelSession] = labelValue(session)
+
+	res, err := l.resources(b)
+	if err != nil {
+		return nil, err
+	}
+	browser := corev1.Container{
+		Name:            browserContainer,
+		Image:           b.Image.Name,
+		ImagePullPolicy: corev1.PullNever,
+		Resources:       res,
+		Ports:           []corev1.ContainerPort{{Name: "webdriver", ContainerPort: int32(port), Protocol: corev1.ProtocolTCP}},
+	}
+	for _, s := range sidePorts {
+		if s.port != int32(port) {
+			browser.Ports = append(browser.Ports, corev1.ContainerPort{Name: s.name, ContainerPort: s.port, Protocol: corev1.ProtocolTCP})
+		}
+	}
+	for _, kv := range launcher.Env(r) {
+		k, v, _ := strings.Cut(kv, "=")
+		browser.Env = append(browser.Env, corev1.EnvVar{Name: k, Value: v})
+	}
+	browser.Env = append(browser.Env, corev1.EnvVar{Name: docker.HubAddressesEnv, Value: hub})
+
+	no := false
+	grace := int64(1)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.opts.Namespace, Labels: labels, Annotations: annotations},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  &no,
+			EnableServiceLinks:            &no,
+			TerminationGracePeriodSeconds: &grace,
+			Hostname:                      o.ContainerHostname,
+		},
+	}
+	if h := o.ContainerHostname; h != "" && len(validation.IsDNS1123Label(h)) > 0 {
+		return nil, fmt.Errorf("containerHostname %q is not a DNS label (lower-case letters, digits and '-', at most 63)", h)
+	}
+	if b.ShmSize > 0 {
+		addMemoryVolume(pod, &browser, shmVolume, "/dev/shm", b.ShmSize)
+	}
+	for k, dir := range slices.Sorted(maps.Keys(b.Tmpfs)) {
+		size, err := tmpfsSize(b.Tmpfs[dir])
+		if err != nil {
+			return nil, fmt.Errorf("\"tmpfs\" %s: %v", dir, err)
+		}
+		addMemoryVolume(pod, &browser, fmt.Sprintf("tmpfs-%d", k), dir, size)
+	}
+	for k, v := range b.Volumes {
+		if err := addHostVolume(pod, &browser, fmt.Sprintf("volume-%d", k), v); err != nil {
+			return nil, err
+		}
+	}
+	aliases, err := hostAliases(append(slices.Clone(b.Hosts), o.HostsEntries...))
+	if err != nil {
+		return nil, err
+	}
+	pod.Spec.HostAliases = aliases
+	if len(o.DNSServers) > 0 {
+		pod.Spec.DNSPolicy = corev1.DNSNone
+		pod.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: o.DNSServers}
+	}
+	for _, k := range slices.Sorted(maps.Keys(b.Sysctl)) {
+		if pod.Spec.SecurityContext == nil {
+			pod.Spec.SecurityContext = &corev1.PodSecurityContext{}
+		}
+		pod.Spec.SecurityContext.Sysctls = append(pod.Spec.SecurityContext.Sysctls, corev1.Sysctl{Name: k, Value: b.Sysctl[k]})
+	}
+	pod.Spec.Containers = []corev1.Container{browser}
+	return pod, nil
+}
+
+// resources are the entry's mem and cpu (or the hub's -mem and -cpu) as
+// requests equal to limits: the scheduler places the pod by what it may use.
+func (l *Launcher) resources(b *config.Browser) (corev1.ResourceRequirements, error) {
+	var rr corev1.ResourceRequirements
+	memStr, cpuStr := b.Mem, b.CPU
+	if memStr == "" {
+		memStr = l.opts.Mem
+	}
+	if cpuStr == "" {
+		cpuStr = l.opts.CPU
+	}
+	list := corev1.ResourceList{}
+	if memStr != "" {
+		// Selenoid's sizes: "512m" is 512 MiB, where to Kubernetes it would
+		// be half a byte.
+		n, err := docker.ParseSize(memStr)
+		if err != nil {
+			return rr, fmt.Errorf("\"mem\": %v", err)
+		}
+		list[corev1.ResourceMemory] = *resource.NewQuantity(n, resource.BinarySI)
+	}
+	if cpuStr != "" {
+		n, err := strconv.ParseFloat(cpuStr, 64)
+		if err != nil || n <= 0 {
+			return rr, fmt.Errorf("\"cpu\": %q is not a CPU count such as 0.5 or 2.0", cpuStr)
+		}
+		list[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(n*1000+0.5), resource.DecimalSI)
+	}
+	if len(list) > 0 {
+		rr.Requests, rr.Limits = list, list.DeepCopy()
+	}
+	return rr, nil
+}
+
+// addMemoryVolume mounts a memory-backed emptyDir of at most size bytes
+// (none: 0) at dir: Docker's shm-size and tmpfs on Kubernetes.
+func addMemoryVolume(pod *corev1.Pod, c *corev1.Container, name, dir string, size int64) {
+	ed := &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory}
+	if size > 0 {
+		ed.SizeLimit = resource.NewQuantity(size, resource.BinarySI)
+	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: ed}})
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: dir})
+}
+
+// tmpfsSize reads the size= of Docker's tmpfs options ("size=128m,mode=1777").
+func tmpfsSize(opts string) (int64, error) {
+	for _, o := range strings.Split(opts, ",") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(o), "size="); ok {
+			return docker.ParseSize(v)
+		}
+	}
+	return 0, nil
+}
+
+// addHostVolume mounts a browsers.json "volumes" bind ("/host:/container" or
+// "/host:/container:ro") as a hostPath volume of the node the pod runs on.
+func addHostVolume(pod *corev1.Pod, c *corev1.Container, name, bind string) error {
+	parts := strings.Split(bind, ":")
+	if len(parts) < 2 || len(parts) > 3 || !strings.HasPrefix(parts[0], "/") || !strings.HasPrefix(parts[1], "/") {
+		return fmt.Errorf("\"volumes\" %q is not /host/path:/container/path[:ro]; named volumes are Docker's and have no meaning on Kubernetes", bind)
+	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: parts[0]}}})
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: name, MountPath: parts[1], ReadOnly: len(parts) == 3 && parts[2] == "ro"})
+	return nil
+}
+
+// hostAliases turns Docker's "host:ip" extra hosts into the pod's
+// hostAliases, one per address in the order first named.
+func hostAliases(entries []string) ([]corev1.HostAlias, error) {
+	var out []corev1.HostAlias
+	at := map[string]int{}
+	for _, e := range entries {
+		host, ip, ok := strings.Cut(e, ":")
+		if !ok || host == "" || ip == "" {
+			return nil, fmt.Errorf("hosts entry %q is not host:ip", e)
+		}
+		if len(validation.IsValidIP(nil, ip)) > 0 {
+			return nil, fmt.Errorf("hosts entry %q: %q is not an IP address (Kubernetes' hostAliases take addresses only)", e, ip)
+		}
+		if k, ok := at[ip]; ok {
+			out[k].Hostnames = append(out[k].Hostnames, host)
+			continue
+		}
+		at[ip] = len(out)
+		out = append(out, corev1.HostAlias{IP: ip, Hostnames: []string{host}})
+	}
+	return out, nil
+}
+
+func portOf(b *config.Browser) string {
+	if b.Port != "" {
+		return b.Port
+	}
+	return "4444"
+}
