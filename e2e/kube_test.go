@@ -1,0 +1,248 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// The Kubernetes tests run the hub with -kubernetes against a real
+// single-node cluster that scripts/k8s-up.sh builds and starts on this
+// machine (make k8s-e2e does both); WEBSUMMONER_KUBECONFIG names its
+// kubeconfig. Browsers are pods of the websummoner/chromium image, which the
+// node's Docker engine has (make images).
+
+// kubeconfigEnv names the test cluster's kubeconfig.
+const kubeconfigEnv = "WEBSUMMONER_KUBECONFIG"
+
+type kubeEnv struct {
+	config    string
+	client    kubernetes.Interface
+	namespace string
+}
+
+// requireKube skips without a test cluster (make k8s-e2e starts one) and
+// makes a namespace of the test's, deleted at its end with whatever is in it.
+func requireKube(t *testing.T) *kubeEnv {
+	t.Helper()
+	path := os.Getenv(kubeconfigEnv)
+	if path == "" {
+		t.Skipf("no test cluster: %s is unset (make k8s-e2e starts one with scripts/k8s-up.sh and runs these)", kubeconfigEnv)
+	}
+	requireDocker(t)
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := fmt.Sprintf("ws-e2e-%s-%d", strings.ToLower(runID), hubs.Add(1))
+	ctx := context.Background()
+	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		zero := int64(0)
+		_ = client.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{})
+		_ = client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+	})
+	return &kubeEnv{config: path, client: client, namespace: ns}
+}
+
+// startKubeHub runs the hub binary on this machine with -kubernetes, its
+// browsers pods in the test's namespace.
+func (k *kubeEnv) startKubeHub(t *testing.T, instance string, args ...string) *hub {
+	t.Helper()
+	conf := filepath.Join(t.TempDir(), "browsers.json")
+	doc := fmt.Sprintf(`{
+  "chrome": {"default": "156.0", "versions": {
+    "156.0": {"image": %q, "port": "4444", "path": "/", "shmSize": 268435456,
+      "caps": {"goog:chromeOptions": {"args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]}}}}},
+  "ghost": {"default": "1", "versions": {"1": {"image": "websummoner/ghost:none", "port": "4444"}}}
+}`, chromeTag)
+	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	all := append([]string{"-conf", conf, "-listen", addr, "-instance", instance, "-kubernetes",
+		"-kubeconfig", k.config, "-namespace", k.namespace, "-sweep-interval", "2s"}, args...)
+	return runHub(t, hubBinary, all, addr)
+}
+
+// pods lists the instance's pods that are not being deleted.
+func (k *kubeEnv) pods(t *testing.T, instance string) []corev1.Pod {
+	t.Helper()
+	list, err := k.client.CoreV1().Pods(k.namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "websummoner.instance=" + instance})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// podsGone waits (at most a minute) until no pod of the instance exists.
+func (k *kubeEnv) podsGone(t *testing.T, instance string) bool {
+	t.Helper()
+	return waitFor(time.Minute, func() bool {
+		list, err := k.client.CoreV1().Pods(k.namespace).List(context.Background(), metav1.ListOptions{LabelSelector: "websummoner.instance=" + instance})
+		return err == nil && len(list.Items) == 0
+	})
+}
+
+// A session in a pod with Python Selenium: the page, an element and a script;
+// the pod carries the instance's labels and no service account token, and
+// it is gone when the session is.
+func TestKubeSession(t *testing.T) {
+	k := requireKube(t)
+	instance := instanceFor(t)
+	h := k.startKubeHub(t, instance, "-limit", "2")
+	c := startWaitingClient(t, "testdata/kube.py", h.url+"/wd/hub", "wait")
+	line := c.out.Text()
+	f := strings.Fields(line)
+	if len(f) != 4 || f[1] != "pod" || f[2] != "from_a_pod" || f[3] != "True" {
+		t.Fatalf("client read %q; want the session id, the title, the element's text and a Chrome user agent", line)
+	}
+	pods := k.pods(t, instance)
+	if len(pods) != 1 {
+		t.Fatalf("%d pods for one session", len(pods))
+	}
+	p := pods[0]
+	if p.Spec.AutomountServiceAccountToken == nil || *p.Spec.AutomountServiceAccountToken {
+		t.Error("the browser's pod can read a service account token")
+	}
+	st := h.getJSON(t, "/status")
+	if st["used"] != 1.0 {
+		t.Errorf("status used %v with one session", st["used"])
+	}
+	out := c.finish(t)
+	if strings.Contains(out, "Error") {
+		t.Errorf("client: %s", out)
+	}
+	if !k.podsGone(t, instance) {
+		t.Errorf("pods left after the session ended: %v", k.pods(t, instance))
+	}
+	h.settled(t)
+}
+
+// kubectl delete pod under a live session ends the session and frees its
+// slot: the next request is served.
+func TestKubePodDeletedEndsSession(t *testing.T) {
+	k := requireKube(t)
+	instance := instanceFor(t)
+	h := k.startKubeHub(t, instance, "-limit", "1")
+	id := chromeSession(t, h.url, "")
+	pods := k.pods(t, instance)
+	if len(pods) != 1 {
+		t.Fatalf("%d pods for one session", len(pods))
+	}
+	if err := k.client.CoreV1().Pods(k.namespace).Delete(context.Background(), pods[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(time.Minute, func() bool { return h.getJSON(t, "/status")["used"] == 0.0 }) {
+		t.Fatalf("the slot of a session whose pod was deleted is still held: %v", h.getJSON(t, "/status"))
+	}
+	r := call(t, "GET", h.url+"/wd/hub/session/"+id+"/url", "")
+	if r.status != 404 {
+		t.Errorf("a command to the ended session: %d %s, want 404 invalid session id", r.status, r.Value.Error)
+	}
+	next := chromeSession(t, h.url, "")
+	call(t, "DELETE", h.url+"/wd/hub/session/"+next, "")
+	h.settled(t)
+}
+
+// A hub killed with live sessions leaves their pods; the next hub of the
+// instance deletes them as it starts.
+func TestKubeRestartSweeps(t *testing.T) {
+	k := requireKube(t)
+	instance := instanceFor(t)
+	h := k.startKubeHub(t, instance, "-limit", "2")
+	chromeSession(t, h.url, "")
+	chromeSession(t, h.url, "")
+	if n := len(k.pods(t, instance)); n != 2 {
+		t.Fatalf("%d pods for two sessions", n)
+	}
+	syscall.Kill(h.cmd.Process.Pid, syscall.SIGKILL)
+	<-h.ended
+	if n := len(k.pods(t, instance)); n != 2 {
+		t.Fatalf("%d pods after SIGKILL; the test needs the two left", n)
+	}
+	h2 := k.startKubeHub(t, instance, "-limit", "2")
+	h2.await(t, "[PODS_DELETED]")
+	if !k.podsGone(t, instance) {
+		t.Errorf("pods of the killed hub left: %v", k.pods(t, instance))
+	}
+}
+
+// A ResourceQuota of 2 pods: the third request is answered 503 with
+// Retry-After, naming the quota, and nothing is left of it; once a session
+// ends the next request is served.
+func TestKubeQuotaAnswersHonestly(t *testing.T) {
+	k := requireKube(t)
+	q := &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "two-pods"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{corev1.ResourcePods: resource.MustParse("2")}}}
+	if _, err := k.client.CoreV1().ResourceQuotas(k.namespace).Create(context.Background(), q, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The quota's usage is counted by the controller manager: wait until it is.
+	if !waitFor(time.Minute, func() bool {
+		got, err := k.client.CoreV1().ResourceQuotas(k.namespace).Get(context.Background(), "two-pods", metav1.GetOptions{})
+		return err == nil && got.Status.Hard != nil
+	}) {
+		t.Fatal("the quota was never counted")
+	}
+	instance := instanceFor(t)
+	h := k.startKubeHub(t, instance, "-limit", "3")
+	a := chromeSession(t, h.url, "")
+	chromeSession(t, h.url, "")
+	r := call(t, "POST", h.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome"}}}`)
+	if r.status != 503 || r.header.Get("Retry-After") == "" || !strings.Contains(r.Value.Message, "ResourceQuota") {
+		t.Fatalf("third session under a quota of two: %d %q (Retry-After %q); want 503 naming the quota", r.status, r.Value.Message, r.header.Get("Retry-After"))
+	}
+	if n := len(k.pods(t, instance)); n != 2 {
+		t.Errorf("%d pods with the quota at two", n)
+	}
+	call(t, "DELETE", h.url+"/wd/hub/session/"+a, "")
+	if !waitFor(time.Minute, func() bool { return len(k.pods(t, instance)) == 1 }) {
+		t.Fatal("the ended session's pod stayed")
+	}
+	c := chromeSession(t, h.url, "")
+	call(t, "DELETE", h.url+"/wd/hub/session/"+c, "")
+}
+
+// An image no node has: the request is answered at once with an error that
+// names the image and the node, and no pod is left.
+func TestKubeMissingImage(t *testing.T) {
+	k := requireKube(t)
+	instance := instanceFor(t)
+	h := k.startKubeHub(t, instance, "-limit", "1")
+	start := time.Now()
+	r := call(t, "POST", h.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"ghost"}}}`)
+	if r.status != 500 || !strings.Contains(r.Value.Message, "websummoner/ghost:none") || !strings.Contains(r.Value.Message, "not on node") {
+		t.Fatalf("missing image: %d %q", r.status, r.Value.Message)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("answered after %v: it waited out the start-up timeout", took)
+	}
+	if !k.podsGone(t, instance) {
+		t.Errorf("pods left: %v", k.pods(t, instance))
+	}
+}
