@@ -365,9 +365,19 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	c.process.ReadyTransport, c.docker.ReadyTransport = drivers, drivers
 	p.procs = process.New(c.process, p.log)
 	launchers := hub.Launchers{Process: p.procs}
+	if d := c.docker.VideoDir; d != "" && !c.disableDocker {
+		// Not fatal: a hub whose directory is read-only still serves browsers.
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			logtag.Event(p.log, slog.LevelWarn, "", "INIT", fmt.Sprintf("-video-output-dir %s: %v; enableVideo is refused until it is writable", d, err))
+			c.docker.VideoDir = ""
+		}
+	}
+	if !c.disableDocker {
+		c.hub.VideoDir = c.docker.VideoDir
+	}
 	switch {
 	case c.kubernetes:
-		client, ns, err := kubeClient(c.kubeconfig, c.kubeQPS, c.kubeBurst)
+		client, cfg, ns, err := kubeClient(c.kubeconfig, c.kubeQPS, c.kubeBurst)
 		if err != nil {
 			return nil, err
 		}
@@ -379,7 +389,8 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 		klog.SetSlogLogger(p.log)
 		c.kube.OnHealth = gate.SetHealthy
 		c.kube.ReadyTransport = drivers
-		c.hub.VideoDir = ""
+		c.kube.VideoDir, c.kube.VideoImage = c.docker.VideoDir, c.docker.VideoImage
+		c.kube.Exec = kube.NewExecer(cfg, client)
 		pods, err := kube.New(c.kube, client, p.log, reg)
 		if err != nil {
 			return nil, err
@@ -391,14 +402,6 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 			return nil, fmt.Errorf("connecting to the Docker engine: %v (check DOCKER_HOST, or run with -disable-docker)", err)
 		}
 		c.docker.OnHealth = gate.SetHealthy
-		if d := c.docker.VideoDir; d != "" {
-			// Not fatal: a hub whose directory is read-only still serves browsers.
-			if err := os.MkdirAll(d, 0o755); err != nil {
-				logtag.Event(p.log, slog.LevelWarn, "", "INIT", fmt.Sprintf("-video-output-dir %s: %v; enableVideo is refused until it is writable", d, err))
-				c.docker.VideoDir = ""
-			}
-		}
-		c.hub.VideoDir = c.docker.VideoDir
 		if c.logConf != "" {
 			if c.docker.LogConfig, err = docker.LoadLogConfig(c.logConf); err != nil {
 				return nil, err
@@ -449,7 +452,7 @@ type imageLauncher interface {
 // kubeClient is the Kubernetes API client of -kubeconfig, or else of the
 // pod's service account in a cluster, $KUBECONFIG or ~/.kube/config; and the
 // namespace they name.
-func kubeClient(path string, qps float64, burst int) (kubernetes.Interface, string, error) {
+func kubeClient(path string, qps float64, burst int) (kubernetes.Interface, *rest.Config, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = path
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
@@ -460,7 +463,7 @@ func kubeClient(path string, qps float64, burst int) (kubernetes.Interface, stri
 	}
 	if cfg == nil {
 		if cfg, err = cc.ClientConfig(); err != nil {
-			return nil, "", fmt.Errorf("-kubernetes: no cluster to use (%v); give -kubeconfig, set $KUBECONFIG, or run the hub in the cluster", err)
+			return nil, nil, "", fmt.Errorf("-kubernetes: no cluster to use (%v); give -kubeconfig, set $KUBECONFIG, or run the hub in the cluster", err)
 		}
 	}
 	ns, _, err := cc.Namespace()
@@ -468,15 +471,15 @@ func kubeClient(path string, qps float64, burst int) (kubernetes.Interface, stri
 		ns = "default"
 	}
 	if qps <= 0 || burst <= 0 {
-		return nil, "", fmt.Errorf("-kube-qps and -kube-burst must be positive (got %v and %d)", qps, burst)
+		return nil, nil, "", fmt.Errorf("-kube-qps and -kube-burst must be positive (got %v and %d)", qps, burst)
 	}
 	cfg.QPS, cfg.Burst = float32(qps), burst
 	cfg.UserAgent = "websummoner/" + version
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, "", fmt.Errorf("-kubernetes: %v", err)
+		return nil, nil, "", fmt.Errorf("-kubernetes: %v", err)
 	}
-	return client, ns, nil
+	return client, cfg, ns, nil
 }
 
 // serve listens, removes what an earlier run of this instance left, serves until

@@ -85,7 +85,8 @@ func ended(pod *corev1.Pod) string {
 		return fmt.Sprintf("pod %s is being deleted (kubectl delete, an eviction or a node drain)", pod.Name)
 	}
 	for _, cs := range pod.Status.ContainerStatuses {
-		if t := cs.State.Terminated; t != nil {
+		// The browser's container: a recorder that fails leaves the session be.
+		if t := cs.State.Terminated; t != nil && cs.Name == browserContainer {
 			why := fmt.Sprintf("container %s of pod %s exited with code %d", cs.Name, pod.Name, t.ExitCode)
 			if t.Reason == "OOMKilled" {
 				why += " (killed: out of memory)"
@@ -195,7 +196,24 @@ func (i *instance) keepLog(ctx context.Context) error {
 func (i *instance) Stop(ctx context.Context) error {
 	i.stop.Do(func() {
 		i.stopping.Store(true)
+		video := make(chan struct{})
+		go func() {
+			defer close(video)
+			if !i.opts.EnableVideo {
+				return
+			}
+			// While the browser still runs: its screen is what is recorded,
+			// and its container is the way the file comes out.
+			name, err := i.finishVideo(ctx)
+			switch {
+			case err != nil:
+				logtag.Event(i.l.log, slog.LevelWarn, i.requestID, "VIDEO_FAILED", err)
+			case name != "":
+				logtag.Event(i.l.log, slog.LevelInfo, i.requestID, "VIDEO_SAVED", name)
+			}
+		}()
 		logErr := i.keepLog(ctx)
+		<-video
 		i.stopErr = errors.Join(logErr, i.remove(ctx))
 	})
 	return i.stopErr

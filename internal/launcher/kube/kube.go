@@ -47,9 +47,6 @@ const (
 	LabelSession  = "websummoner.session"  // the start it belongs to: request id and a random token
 )
 
-// errVideo refuses enableVideo, which this launcher does not record yet.
-var errVideo = errors.New("enableVideo is not supported by the Kubernetes launcher yet; run recorded sessions on a hub with the Docker launcher")
-
 // Options configure the Kubernetes launcher. The zero value works: pods in
 // the "default" namespace, without resource limits, told the hub's own
 // addresses.
@@ -76,6 +73,14 @@ type Options struct {
 	// OnHealth, if set, is told each change of the API server's health (the
 	// start gate's second signal).
 	OnHealth func(up bool)
+	// VideoDir is -video-output-dir, where finished recordings are written;
+	// with VideoImage (-video-recorder-image) and Exec it enables
+	// enableVideo. Empty: sessions asking for video are refused.
+	VideoDir   string
+	VideoImage string
+	// Exec runs commands in a pod's containers (stopping the recorder,
+	// reading its file out); NewExecer makes the cluster's.
+	Exec Execer
 }
 
 // Validate says which flag holds a value the launcher cannot work with.
@@ -325,13 +330,23 @@ func startFault(pod *corev1.Pod, b config.Resolved) error {
 		case w == nil:
 		case slices.Contains(imageReasons, w.Reason):
 			return &launcher.StartError{Phase: launcher.PhaseImage, Browser: b.String(),
-				Msg: fmt.Sprintf("image %q is not on node %s (%s: %s); pods never pull (imagePullPolicy Never): load the image on every node that may run browsers", b.Image.Name, pod.Spec.NodeName, w.Reason, w.Message)}
+				Msg: fmt.Sprintf("image %q is not on node %s (%s: %s); pods never pull (imagePullPolicy Never): load the image on every node that may run browsers", imageOf(pod, cs.Name), pod.Spec.NodeName, w.Reason, w.Message)}
 		case slices.Contains(createReasons, w.Reason):
 			return &launcher.StartError{Phase: launcher.PhaseStart, Browser: b.String(), Engine: true,
 				Msg: fmt.Sprintf("node %s could not start the pod's %s container (%s: %s)", pod.Spec.NodeName, cs.Name, w.Reason, w.Message)}
 		}
 	}
 	return nil
+}
+
+// imageOf is the image of a pod's container.
+func imageOf(pod *corev1.Pod, container string) string {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == container {
+			return c.Image
+		}
+	}
+	return ""
 }
 
 // describe says where a pod is on its way to running, for a timeout's message.

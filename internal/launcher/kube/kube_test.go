@@ -3,9 +3,12 @@ package kube
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -157,7 +160,7 @@ func equalLists(a, b corev1.ResourceList) bool {
 func TestPodSpecRefuses(t *testing.T) {
 	l := &Launcher{opts: Options{Namespace: "browsers", Options: launcher.Options{Instance: "a"}}}
 	for name, o := range map[string]webdriver.Options{
-		"enableVideo":           {EnableVideo: true},
+		"enableVideo":           {EnableVideo: true}, // no -video-output-dir here
 		"additionalNetworks":    {AdditionalNetworks: []string{"net"}},
 		"applicationContainers": {ApplicationContainers: []string{"db"}},
 		"containerHostname":     {ContainerHostname: "Not_A_Label"},
@@ -315,5 +318,69 @@ func TestPrepareSweepsThisInstancesPods(t *testing.T) {
 	pods, _ := client.CoreV1().Pods("browsers").List(context.Background(), metav1.ListOptions{})
 	if len(pods.Items) != 1 || pods.Items[0].Name != "other" {
 		t.Errorf("pods after the start-up sweep: %v; want only another hub's", pods.Items)
+	}
+}
+
+// fakeExec plays exec for the video test: "kill" ends the recorder (its
+// status set as the node would), "cat" writes the recording.
+type fakeExec struct {
+	client *fake.Clientset
+	cmds   chan []string
+}
+
+func (f *fakeExec) Exec(ctx context.Context, ns, pod, container string, cmd []string, stdout io.Writer) error {
+	f.cmds <- append([]string{container}, cmd...)
+	if container == recorderContainer {
+		p, err := f.client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{Name: recorderContainer,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}})
+		_, err = f.client.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return err
+	}
+	_, err := io.WriteString(stdout, "the recording")
+	return err
+}
+
+func TestVideoRecorderInThePod(t *testing.T) {
+	driver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+	defer driver.Close()
+	host, port, _ := net.SplitHostPort(driver.Listener.Addr().String())
+	client := fake.NewClientset()
+	node(t, client, running(host))
+	videos := t.TempDir()
+	ex := &fakeExec{client: client, cmds: make(chan []string, 4)}
+	l, err := New(Options{Namespace: "browsers", HubAddresses: []string{}, VideoDir: videos, VideoImage: "websummoner/recorder:1", Exec: ex,
+		Options: launcher.Options{Instance: "test", StartupTimeout: 20 * time.Second, StopTimeout: 10 * time.Second}}, client, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l.Prepare(ctx)
+	inst, err := l.Start(ctx, launcher.Request{ID: "1", Browser: entry("img", port), Options: webdriver.Options{EnableVideo: true, VideoName: "login.mp4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _ := inst.(launcher.Container).ContainerInfo()
+	pod, _ := client.CoreV1().Pods("browsers").Get(ctx, name, metav1.GetOptions{})
+	if len(pod.Spec.Containers) != 2 || pod.Spec.Containers[1].Image != "websummoner/recorder:1" || pod.Spec.Containers[1].ImagePullPolicy != corev1.PullNever {
+		t.Fatalf("containers %+v: want the browser and the recorder", pod.Spec.Containers)
+	}
+	inst.SessionCreated("abc", nil)
+	if err := inst.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := <-ex.cmds; c[0] != recorderContainer || !strings.Contains(strings.Join(c, " "), "kill -INT 1") {
+		t.Errorf("first exec %v: want the recorder stopped with SIGINT", c)
+	}
+	if c := <-ex.cmds; c[0] != browserContainer || c[len(c)-1] != videoMount+"/video.mp4" {
+		t.Errorf("second exec %v: want the file read through the browser's container", c)
+	}
+	data, err := os.ReadFile(filepath.Join(videos, "login.mp4"))
+	if err != nil || string(data) != "the recording" {
+		t.Errorf("video: %q %v", data, err)
 	}
 }

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -87,8 +88,8 @@ func labelValue(s string) string {
 // cluster's (no service account token) and no environment of its services.
 func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string) (*corev1.Pod, error) {
 	b, o := r.Browser.Browser, r.Options
-	if o.EnableVideo {
-		return nil, errVideo
+	if o.EnableVideo && (l.opts.VideoDir == "" || l.opts.VideoImage == "" || l.opts.Exec == nil) {
+		return nil, errors.New("enableVideo needs -video-output-dir and -video-recorder-image on this hub")
 	}
 	if len(o.AdditionalNetworks) > 0 || len(o.ApplicationContainers) > 0 {
 		return nil, fmt.Errorf("additionalNetworks and applicationContainers name Docker networks and containers, which a pod on Kubernetes cannot join; reach other services by their Kubernetes names instead")
@@ -188,6 +189,9 @@ func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string)
 		pod.Spec.SecurityContext.Sysctls = append(pod.Spec.SecurityContext.Sysctls, corev1.Sysctl{Name: k, Value: b.Sysctl[k]})
 	}
 	pod.Spec.Containers = []corev1.Container{browser}
+	if o.EnableVideo {
+		l.addRecorder(pod, r)
+	}
 	return pod, nil
 }
 

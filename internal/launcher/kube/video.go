@@ -1,0 +1,170 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/logtag"
+)
+
+// Video, as in the Docker launcher's contract: a recorder of
+// -video-recorder-image beside the browser, in the same pod, so it shares
+// the browser's network namespace and reaches its display; it writes into
+// a volume of the pod's own. When the session ends the hub stops the
+// recorder with SIGINT (through exec, as a pod's containers cannot be
+// signalled one by one), waits for it to exit — ffmpeg has then written the
+// file's index — and reads the file out through the browser container,
+// which mounts the same volume read-only and outlives it.
+const (
+	recorderContainer = "recorder"
+	videoVolume       = "video"
+	recordingDir      = "/data"                  // the recorder's, as in Selenoid's recorder contract
+	videoMount        = "/var/websummoner-video" // the browser container's view of it
+)
+
+// Execer runs a command in a container of a pod, its output to stdout: the
+// pods/exec subresource, through the API server.
+type Execer interface {
+	Exec(ctx context.Context, namespace, pod, container string, cmd []string, stdout io.Writer) error
+}
+
+// NewExecer returns the Execer of a cluster: client-go's WebSocket executor,
+// falling back to SPDY for an API server that has no WebSocket exec.
+func NewExecer(cfg *rest.Config, client kubernetes.Interface) Execer {
+	return &execer{cfg: cfg, client: client}
+}
+
+type execer struct {
+	cfg    *rest.Config
+	client kubernetes.Interface
+}
+
+func (e *execer) Exec(ctx context.Context, namespace, pod, container string, cmd []string, stdout io.Writer) error {
+	req := e.client.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: container, Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ws, err := remotecommand.NewWebSocketExecutor(e.cfg, "GET", req.URL().String())
+	if err != nil {
+		return err
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(e.cfg, "POST", req.URL())
+	if err != nil {
+		return err
+	}
+	ex, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool { return true })
+	if err != nil {
+		return err
+	}
+	var stderr bytes.Buffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: stdout, Stderr: &stderr})
+	if err != nil && stderr.Len() > 0 {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return err
+}
+
+// videoFile is the recording's name inside the pod: "video" and the
+// extension asked for.
+func videoFile(videoName string) string {
+	ext := path.Ext(videoName)
+	if ext == "" {
+		ext = ".mp4"
+	}
+	return "video" + ext
+}
+
+// addRecorder puts the recorder and the volume it writes to into the pod.
+func (l *Launcher) addRecorder(pod *corev1.Pod, r launcher.Request) {
+	o := r.Options
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: videoVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	b := &pod.Spec.Containers[0]
+	b.VolumeMounts = append(b.VolumeMounts, corev1.VolumeMount{Name: videoVolume, MountPath: videoMount, ReadOnly: true})
+	env := []corev1.EnvVar{{Name: "FILE_NAME", Value: videoFile(o.VideoName)}, {Name: "VIDEO_SIZE", Value: o.VideoScreenSize},
+		{Name: "FRAME_RATE", Value: strconv.Itoa(o.VideoFrameRate)}, {Name: "CODEC", Value: o.VideoCodec},
+		{Name: "DISPLAY", Value: ":99"}, {Name: "BROWSER_CONTAINER_NAME", Value: "127.0.0.1"}}
+	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
+		Name: recorderContainer, Image: l.opts.VideoImage, ImagePullPolicy: corev1.PullNever, Env: env,
+		VolumeMounts: []corev1.VolumeMount{{Name: videoVolume, MountPath: recordingDir}},
+	})
+}
+
+// finishVideo stops the recorder, waits for it to exit, and copies its file
+// into -video-output-dir under its final name, through a temporary name: a
+// listed video is always complete. It returns the file's name.
+func (i *instance) finishVideo(ctx context.Context) (string, error) {
+	l := i.l
+	i.mu.Lock()
+	id := i.sessionID
+	i.mu.Unlock()
+	if err := l.opts.Exec.Exec(ctx, l.opts.Namespace, i.name, recorderContainer, []string{"sh", "-c", "kill -INT 1"}, io.Discard); err != nil && !recorderEnded(i.latest()) {
+		return "", fmt.Errorf("stopping the video recorder of pod %s: %w", i.name, err)
+	}
+	for !recorderEnded(i.latest()) {
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("the video recorder of pod %s did not finish its file within -session-delete-timeout: %w", i.name, ctx.Err())
+		case <-i.changed:
+		case <-time.After(time.Second): // a word of the pod taken by no one: look again
+		}
+	}
+	final := i.opts.VideoName
+	if final == "" {
+		if id == "" {
+			return "", nil // no session was created: nothing to keep
+		}
+		final = launcher.SafeName(id) + path.Ext(videoFile(""))
+	}
+	tok := make([]byte, 4)
+	_, _ = rand.Read(tok)
+	tmp := filepath.Join(l.opts.VideoDir, "."+final+"."+hex.EncodeToString(tok)+".part")
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return "", fmt.Errorf("video %s: %w (check -video-output-dir)", final, err)
+	}
+	err = l.opts.Exec.Exec(ctx, l.opts.Namespace, i.name, browserContainer, []string{"cat", videoMount + "/" + videoFile(i.opts.VideoName)}, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	saved := ""
+	if err == nil {
+		saved, err = launcher.RenameKept(tmp, l.opts.VideoDir, final, id)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return final, fmt.Errorf("video %s: reading it out of pod %s: %w", final, i.name, err)
+	}
+	if saved != final {
+		logtag.Event(l.log, slog.LevelWarn, i.requestID, "VIDEO_RENAMED", fmt.Sprintf("%s exists in -video-output-dir; this session's video is %s", final, saved))
+	}
+	return saved, nil
+}
+
+// recorderEnded reports a pod whose recorder has exited.
+func recorderEnded(pod *corev1.Pod) bool {
+	if pod == nil {
+		return false
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name == recorderContainer {
+			return cs.State.Terminated != nil
+		}
+	}
+	return false
+}
