@@ -63,14 +63,16 @@ func requireKube(t *testing.T) *kubeEnv {
 }
 
 // startKubeHub runs the hub binary on this machine with -kubernetes, its
-// browsers pods in the test's namespace.
+// browsers pods in the test's namespace: "chrome" (real Chromium on the
+// image's virtual screen) and "ghost" (an image no node has). Videos go to
+// a directory of the test's.
 func (k *kubeEnv) startKubeHub(t *testing.T, instance string, args ...string) *hub {
 	t.Helper()
 	conf := filepath.Join(t.TempDir(), "browsers.json")
 	doc := fmt.Sprintf(`{
   "chrome": {"default": "156.0", "versions": {
     "156.0": {"image": %q, "port": "4444", "path": "/", "shmSize": 268435456,
-      "caps": {"goog:chromeOptions": {"args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+      "caps": {"goog:chromeOptions": {"args": ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]}}}}},
   "ghost": {"default": "1", "versions": {"1": {"image": "websummoner/ghost:none", "port": "4444"}}}
 }`, chromeTag)
@@ -79,7 +81,8 @@ func (k *kubeEnv) startKubeHub(t *testing.T, instance string, args ...string) *h
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	all := append([]string{"-conf", conf, "-listen", addr, "-instance", instance, "-kubernetes",
-		"-kubeconfig", k.config, "-namespace", k.namespace, "-sweep-interval", "2s"}, args...)
+		"-kubeconfig", k.config, "-namespace", k.namespace, "-sweep-interval", "2s",
+		"-video-output-dir", t.TempDir(), "-video-recorder-image", recorderTag}, args...)
 	return runHub(t, hubBinary, all, addr)
 }
 
@@ -241,6 +244,69 @@ func TestKubeMissingImage(t *testing.T) {
 	}
 	if took := time.Since(start); took > 30*time.Second {
 		t.Errorf("answered after %v: it waited out the start-up timeout", took)
+	}
+	if !k.podsGone(t, instance) {
+		t.Errorf("pods left: %v", k.pods(t, instance))
+	}
+}
+
+// VNC and video of a session in a pod: RFB through the hub shows the page's
+// colour; the recorder runs in the session's pod and its file, read out when
+// the session ends, shows the page's colours in order.
+func TestKubeVNCAndVideo(t *testing.T) {
+	k := requireKube(t)
+	instance := instanceFor(t)
+	h := k.startKubeHub(t, instance, "-limit", "2")
+	id := chromeSession(t, h.url, `"enableVNC":true,"enableVideo":true,"videoFrameRate":10,"screenResolution":"1280x720x24"`)
+	pods := k.pods(t, instance)
+	if len(pods) != 1 || len(pods[0].Spec.Containers) != 2 {
+		t.Fatalf("pods %d: want one pod with the browser's and the recorder's containers", len(pods))
+	}
+	wsURL := "ws" + strings.TrimPrefix(h.url, "http") + "/vnc/" + id
+	if _, err := dialRFB(wsURL, "wrong"); err == nil {
+		t.Fatal("a wrong VNC password was accepted")
+	}
+	vnc, err := dialRFB(wsURL, "selenoid")
+	if err != nil {
+		t.Fatal("RFB through the hub into the pod:", err)
+	}
+	defer vnc.Close()
+	if vnc.width != 1280 || vnc.height != 720 {
+		t.Fatalf("the VNC framebuffer is %dx%d, want the session's 1280x720", vnc.width, vnc.height)
+	}
+	colours := [][3]int{{255, 0, 0}, {0, 255, 0}, {0, 0, 255}}
+	for n, c := range colours {
+		paint(t, h.url, id, c)
+		if n == 0 {
+			var got [3]int
+			ok := waitFor(time.Minute, func() bool {
+				px, err := vnc.frame()
+				if err != nil {
+					t.Fatal("framebuffer update:", err)
+				}
+				p := px[600*vnc.width+200]
+				got = [3]int{int(p >> 16 & 255), int(p >> 8 & 255), int(p & 255)}
+				return near(got, c)
+			})
+			if !ok {
+				t.Fatalf("the screen is rgb%v over VNC, the page rgb%v", got, c)
+			}
+		}
+		time.Sleep(2 * time.Second) // the scenario: each colour on screen for 2 s
+	}
+	call(t, "DELETE", h.url+"/wd/hub/session/"+id, "")
+	h.await(t, "[VIDEO_SAVED]")
+	name := id + ".mp4"
+	file := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(file, rawCall(t, "GET", h.url+"/video/"+name, ""), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, dur := ffprobe(t, file)
+	if dur <= 0 || p.Streams[0].Width != 1280 || p.Streams[0].Height != 720 || p.Streams[0].RFrameRate != "10/1" {
+		t.Errorf("video %.2fs %+v, want 1280x720 at 10/1", dur, p.Streams[0])
+	}
+	if seen := coloursShown(t, file, 640, 360); !showsInOrder(seen, colours) {
+		t.Errorf("the video shows %v at its centre, want %v in that order", seen, colours)
 	}
 	if !k.podsGone(t, instance) {
 		t.Errorf("pods left: %v", k.pods(t, instance))

@@ -383,7 +383,7 @@ func (l *Launcher) apiErr(ctx context.Context, b config.Resolved, what string, e
 		se.Down = true
 		se.Msg = fmt.Sprintf("%s: namespace %s's ResourceQuota refuses another pod (%v); try again when a session ends, or raise the quota (or lower -limit to match it)", what, l.opts.Namespace, apiMessage(err))
 	case apierrors.IsForbidden(err):
-		se.Msg = fmt.Sprintf("%s: the hub may not (%v); give its service account a Role with get, list, watch, create and delete on pods and get on pods/log in namespace %s (deploy/kubernetes/rbac.yaml)", what, apiMessage(err), l.opts.Namespace)
+		se.Msg = fmt.Sprintf("%s: the hub may not (%v); give its service account a Role with get, list, watch, create and delete on pods, get on pods/log and create on pods/exec in namespace %s (deploy/kubernetes/websummoner.yaml)", what, apiMessage(err), l.opts.Namespace)
 	case apierrors.IsTooManyRequests(err):
 		se.Down = true
 		se.Msg = fmt.Sprintf("%s: the API server is throttling the hub (%v); try again later, or raise the API server's limits or the hub's -kube-qps and -kube-burst", what, apiMessage(err))

@@ -287,7 +287,7 @@ func TestCreateRefusals(t *testing.T) {
 	}{
 		{"quota", apierrors.NewForbidden(pods, "p", errors.New("exceeded quota: two-pods, requested: pods=1, used: pods=2, limited: pods=2")), true, "ResourceQuota"},
 		{"throttled", apierrors.NewTooManyRequests("slow down", 1), true, "throttling"},
-		{"rbac", apierrors.NewForbidden(pods, "p", errors.New("User \"system:serviceaccount:x:hub\" cannot create resource \"pods\"")), false, "rbac.yaml"},
+		{"rbac", apierrors.NewForbidden(pods, "p", errors.New("User \"system:serviceaccount:x:hub\" cannot create resource \"pods\"")), false, "websummoner.yaml"},
 		{"down", apierrors.NewServiceUnavailable("etcd is down"), true, "unreachable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

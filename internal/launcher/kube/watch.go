@@ -81,7 +81,7 @@ func (l *Launcher) checkHealth(ctx context.Context) {
 	if err != nil {
 		// It answers, but the hub may not list pods: every start will say
 		// so; the start gate need not back off.
-		logtag.Event(l.log, slog.LevelWarn, "", "KUBERNETES_FORBIDDEN", err, "grant the hub's service account the Role of deploy/kubernetes/rbac.yaml")
+		logtag.Event(l.log, slog.LevelWarn, "", "KUBERNETES_FORBIDDEN", err, "grant the hub's service account the Role of deploy/kubernetes/websummoner.yaml")
 	}
 	l.up.Store(true)
 	if !was {
