@@ -181,7 +181,8 @@ func (o Options) withDefaults() Options {
 type Launchers struct {
 	// Process runs command-line "image" entries.
 	Process launcher.Launcher
-	// Docker runs image-name entries; nil while the hub runs with -disable-docker.
+	// Docker runs image-name entries: in Docker containers, or in Kubernetes
+	// pods under -kubernetes; nil while the hub runs with -disable-docker.
 	Docker launcher.Launcher
 }
 
