@@ -3,7 +3,7 @@
 GO ?= go
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build run deps test-deps images image test unit e2e bench bench-short callgrind fuzz vet clean
+.PHONY: build run deps test-deps images image test unit e2e bench bench-short callgrind fuzz vet clean k8s-up k8s-down
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/websummoner ./cmd/websummoner
@@ -91,3 +91,12 @@ bench-short:
 
 clean:
 	rm -rf bin
+
+# A real single-node Kubernetes cluster built from sources (docs/kubernetes-cluster.md):
+# the first run builds its binaries (the better part of an hour), later runs
+# start it in seconds. k8s-up prints the admin kubeconfig's path.
+k8s-up:
+	scripts/k8s-up.sh
+
+k8s-down:
+	scripts/k8s-down.sh

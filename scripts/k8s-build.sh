@@ -14,7 +14,7 @@ root=$PWD
 K8S_VERSION=v1.37.2
 K8S_MAJOR=1
 K8S_MINOR=37
-CRI_DOCKERD_VERSION=v0.4.0
+CRI_DOCKERD_VERSION=v0.3.17
 PAUSE_IMAGE=${WEBSUMMONER_K8S_PAUSE_IMAGE:-websummoner/pause:3.10}
 cache=${WEBSUMMONER_K8S_CACHE:-$HOME/.cache/websummoner/k8s}/$K8S_VERSION
 bin=$cache/bin
@@ -51,11 +51,31 @@ link_components() {
 build_cri_dockerd() {
   [ -x "$bin/cri-dockerd" ] && return 0
   log "building cri-dockerd $CRI_DOCKERD_VERSION"
-  local start=$SECONDS
-  (cd deploy/kubernetes/cluster/cri-dockerd &&
-    CGO_ENABLED=0 "$GO" build -trimpath \
+  local start=$SECONDS wrap=deploy/kubernetes/cluster/cri-dockerd mod work
+  # The wrapper module pins the version and its go.sum checks the download;
+  # the build itself runs in a copy of cri-dockerd's module (its go.mod and
+  # replaces, the modules already in the module cache), carrying one patch (see $wrap/libdocker/oom.go): a
+  # negative oom_score_adj is raised to 0 where CAP_SYS_RESOURCE is missing.
+  # (go build -overlay cannot replace files in the module cache.)
+  mod=$(cd "$wrap" && "$GO" mod download -json github.com/Mirantis/cri-dockerd | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  [ -f "$mod/go.mod" ] || { log "no cri-dockerd module source at '$mod'"; exit 1; }
+  work=$cache/src/cri-dockerd
+  rm -rf "$work"
+  mkdir -p "$cache/src"
+  cp -r "$mod" "$work"
+  chmod -R u+w "$work"
+  rm -rf "$work/vendor" # the module zip holds only vendor/modules.txt
+  sed -i 's/^\tcreateResp, err := d\.client\.ContainerCreate($/\tclampOOMScoreAdj(opts.HostConfig)\n&/' \
+    "$work/libdocker/kube_docker_client.go"
+  if [ "$(grep -c '^	clampOOMScoreAdj(opts.HostConfig)$' "$work/libdocker/kube_docker_client.go")" != 1 ]; then
+    log "cri-dockerd's libdocker/kube_docker_client.go changed: the oom_score_adj patch does not apply"
+    exit 1
+  fi
+  cp "$wrap/libdocker/oom.go" "$work/libdocker/zz_websummoner_oom.go"
+  (cd "$work" &&
+    CGO_ENABLED=0 "$GO" build -mod=mod -trimpath \
       -ldflags "-s -w -X github.com/Mirantis/cri-dockerd/cmd/version.Version=${CRI_DOCKERD_VERSION#v}" \
-      -o "$bin/cri-dockerd.tmp" github.com/Mirantis/cri-dockerd)
+      -o "$bin/cri-dockerd.tmp" .)
   mv "$bin/cri-dockerd.tmp" "$bin/cri-dockerd"
   log "cri-dockerd built in $((SECONDS - start))s"
 }
