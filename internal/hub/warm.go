@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"reflect"
+	"sync"
 	"time"
 
 	"github.com/websummoner/websummoner/internal/config"
@@ -31,6 +32,29 @@ type warm struct {
 	// (webdriver.CanonicalCaps): a request whose own is equal is a hit.
 	canon string
 	born  time.Time
+	// handed is closed once a near hit's own session exists on the
+	// browser, or the browser is stopped (pool.HandOver).
+	handed   chan struct{}
+	handOnce sync.Once
+}
+
+// HandedOver is closed once a near hit's session exists on the browser, or
+// the browser is stopped: the pool starts its refill then (pool.HandOver).
+func (w *warm) HandedOver() <-chan struct{} { return w.handed }
+
+func (w *warm) handOver() { w.handOnce.Do(func() { close(w.handed) }) }
+
+// nearInstance is a near-claimed warm browser's instance from the claim to
+// startNear, which unwraps it: a creation abandoned before then stops it,
+// and the stop hands the browser over (its refill may start).
+type nearInstance struct {
+	launcher.Instance
+	w *warm
+}
+
+func (n nearInstance) Stop(ctx context.Context) error {
+	n.w.handOver()
+	return n.Instance.Stop(ctx)
 }
 
 // Fill starts a ready browser for k (pool.Filler): a spare slot, the entry's
@@ -68,7 +92,7 @@ func (h *Hub) Fill(ctx context.Context, id string, k pool.Key) (pool.Item, error
 		ds, err = h.newDriverSession(ctx, inst, forInstance(body, inst), b)
 		if err == nil {
 			slot.Started(queue.StartSucceeded)
-			return &warm{h: h, id: id, key: k, browser: b, inst: inst, driver: ds, slot: slot, canon: webdriver.CanonicalCaps(body), born: t0}, nil
+			return &warm{h: h, id: id, key: k, browser: b, inst: inst, driver: ds, slot: slot, canon: webdriver.CanonicalCaps(body), born: t0, handed: make(chan struct{})}, nil
 		}
 		h.stop(id, inst)
 	}
@@ -221,6 +245,7 @@ func (h *Hub) claim(c *creation) bool {
 		c.driver, c.took = w.driver, time.Since(t0)
 	} else {
 		c.stale = w.driver.ID
+		c.inst = nearInstance{w.inst, w}
 	}
 	h.queue.AdmittedFast()
 	return true
@@ -231,6 +256,10 @@ func (h *Hub) claim(c *creation) bool {
 // client's. It reports false, having stopped the browser, when the driver
 // failed for a reason not the client's: the request then starts cold.
 func (h *Hub) startNear(c *creation) (bool, error) {
+	if n, ok := c.inst.(nearInstance); ok {
+		c.inst = n.Instance
+		defer n.w.handOver() // the pool's refill may start now
+	}
 	t0 := time.Now()
 	dctx, cancel := context.WithTimeout(c.ctx, h.opts.SessionDeleteTimeout)
 	_, _, err := h.driverCall(dctx, http.MethodDelete, c.inst.Endpoints().Driver.JoinPath("session", c.stale), nil, 1<<20)

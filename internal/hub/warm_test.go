@@ -427,3 +427,66 @@ func TestWarmPoolFillsOverlapBehindTheStartGate(t *testing.T) {
 		f.do("DELETE", "/session/"+sessionID(t, body), "")
 	})
 }
+
+// A near hit's browser is replaced only once the client's own session
+// exists on it: the refill, the lowest-priority start, does not start a
+// browser beside the client's starting one.
+func TestWarmPoolNearHitRefillsAfterItsSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &stubLauncher{stub: wdstub.Options{NewSessionDelay: time.Second}}
+		f := newWarmFixture(t, queue.Options{Limit: 3}, pool.Options{Size: 1}, l)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if n := l.starts.Load(); n != 1 {
+			t.Fatalf("browsers started by a pool of 1 = %d, want 1", n)
+		}
+		done := make(chan string, 1)
+		go func() {
+			_, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","goog:chromeOptions":{"args":["--lang=de"]}}}}`)
+			done <- sessionID(t, body)
+		}()
+		time.Sleep(500 * time.Millisecond) // the near hit's session is starting
+		synctest.Wait()
+		if n := l.starts.Load(); n != 1 {
+			t.Fatalf("browsers started while the near hit's session starts = %d, want 1 (no refill yet)", n)
+		}
+		id := <-done
+		if got := sample(t, f, "websummoner_pool_claims_total", "result", string(pool.Near)); got != 1 {
+			t.Fatalf("near hits counted = %v, want 1", got)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		synctest.Wait()
+		if st := f.hub.pool.Stats(); l.starts.Load() != 2 || len(st) != 1 || st[0].Ready != 1 {
+			t.Fatalf("after the near hit: %d browsers started, pool %+v; want the refill ready", l.starts.Load(), st)
+		}
+		f.do("DELETE", "/session/"+id, "")
+	})
+}
+
+// A near hit whose client leaves before its session is started gives its
+// browser back to nobody: the browser is stopped, and the refill starts.
+func TestWarmPoolNearHitAbandonedRefills(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &stubLauncher{}
+		f := newWarmFixture(t, queue.Options{Limit: 3}, pool.Options{Size: 1}, l)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		ctx, cancel := context.WithCancel(context.Background())
+		c := &creation{id: "gone", ctx: ctx, w3c: true, caps: map[string]any{"browserName": "chrome", "goog:chromeOptions": map[string]any{"args": []any{"--lang=de"}}}}
+		b, err := f.hub.conf.Browsers().Find("chrome", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.browser = b
+		if !f.hub.claim(c) || c.warm != pool.Near {
+			t.Fatalf("claim = %v %q, want a near hit", c.inst, c.warm)
+		}
+		cancel()
+		f.hub.abandon(c) // as runPhases does for a client gone after admit
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if st := f.hub.pool.Stats(); len(st) != 1 || st[0].Ready != 1 {
+			t.Fatalf("pool after an abandoned near hit: %+v, want the refill ready", st)
+		}
+	})
+}

@@ -47,6 +47,18 @@ type Item interface {
 	Discard()
 }
 
+// HandOver is an Item that a near hit hands over only once the client's
+// own session has been created on it. Until then the pool counts it as a
+// refill under way and starts none for it: the client's browser is starting,
+// and a fill, the lowest-priority start, would take the host from it (on 2
+// cores, a container and a Chromium starting beside a near hit's Chromium
+// made it as slow as a cold start).
+type HandOver interface {
+	// HandedOver is closed once the client's session exists on the
+	// browser, or the browser is stopped.
+	HandedOver() <-chan struct{}
+}
+
 // Filler starts ready browsers: the hub.
 type Filler interface {
 	// Fill starts one browser for k on a slot no request wants. It returns
@@ -178,8 +190,11 @@ type ready struct {
 
 // stock is one key's pool.
 type stock struct {
-	ready     []ready // oldest first
-	filling   int
+	ready   []ready // oldest first
+	filling int
+	// handing are near-claimed browsers whose client's session is not
+	// created yet: their refills wait (HandOver).
+	handing   int
 	arrivals  []time.Time // oldest first, within Window
 	coldStart time.Duration
 	failures  int
@@ -399,11 +414,11 @@ func (p *Pool) tend() {
 			drops = append(drops, drop{k, s.ready[0].item, ReasonSurplus})
 			s.ready = s.ready[1:]
 		}
-		if !configured && len(s.ready) == 0 && s.filling == 0 && len(s.arrivals) == 0 {
+		if !configured && len(s.ready) == 0 && s.filling == 0 && s.handing == 0 && len(s.arrivals) == 0 {
 			delete(p.stocks, k)
 			continue
 		}
-		for len(s.ready)+s.filling < target && len(p.filling) < p.opts.MaxFilling && !now.Before(s.retryAt) {
+		for len(s.ready)+s.filling+s.handing < target && len(p.filling) < p.opts.MaxFilling && !now.Before(s.retryAt) {
 			f := &fill{key: k}
 			p.filling[f] = struct{}{}
 			s.filling++
@@ -546,7 +561,12 @@ func (p *Pool) Claim(ctx context.Context, id string, k Key, classify func(Item) 
 	if !p.opts.On() {
 		return nil, Miss
 	}
-	defer p.Kick()
+	kick := true
+	defer func() {
+		if kick {
+			p.Kick()
+		}
+	}()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -591,8 +611,42 @@ func (p *Pool) Claim(ctx context.Context, id string, k Key, classify func(Item) 
 		}
 		p.m.claims.WithLabelValues(string(res)).Inc()
 		logtag.Event(p.log, slog.LevelInfo, id, "POOL_CLAIM", logtag.Browser(k.String()), string(res), "ready for "+time.Since(r.born).Round(time.Millisecond).String())
+		if h, ok := r.item.(HandOver); ok && res == Near {
+			kick = !p.awaitHandOver(k, r.item, h.HandedOver())
+		}
 		return r.item, res
 	}
+}
+
+// awaitHandOver holds back the refill of a near-claimed browser until its
+// client's session exists (handed closes), the browser ends, or a Window
+// passes, whichever comes first; it reports false, holding nothing back,
+// once the pool is closed.
+func (p *Pool) awaitHandOver(k Key, it Item, handed <-chan struct{}) bool {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return false
+	}
+	p.stockLocked(k).handing++
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.wg.Done()
+		t := time.NewTimer(p.opts.Window)
+		defer t.Stop()
+		select {
+		case <-handed:
+		case <-it.Exited():
+		case <-p.done:
+		case <-t.C:
+		}
+		p.mu.Lock()
+		p.stockLocked(k).handing--
+		p.mu.Unlock()
+		p.Kick()
+	}()
+	return true
 }
 
 func (p *Pool) giveBack(k Key, r ready, alive bool) {
