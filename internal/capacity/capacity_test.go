@@ -369,7 +369,8 @@ func TestSpareStartsGrowTheGate(t *testing.T) {
 		if st := g.Stats(); st.Limit != 4 {
 			t.Fatalf("limit after a healthy window of fills = %d, want 4", st.Limit)
 		}
-		if !g.TrySpare(1) || !g.TrySpare(1) {
+		first, second := g.TrySpare(1), g.TrySpare(1)
+		if !first || !second {
 			t.Fatal("two fills could not overlap under a limit of 4")
 		}
 		if !g.CanStart(1) {
@@ -379,7 +380,8 @@ func TestSpareStartsGrowTheGate(t *testing.T) {
 		g.FinishStart(1, queue.StartSucceeded, 2*time.Second)
 
 		// A client's start beside fills: they still leave one permit free.
-		if !g.TryStart(1) || !g.TrySpare(1) || !g.TrySpare(1) || g.TrySpare(1) || !g.CanStart(1) {
+		client, fill1, fill2, fill3 := g.TryStart(1), g.TrySpare(1), g.TrySpare(1), g.TrySpare(1)
+		if !client || !fill1 || !fill2 || fill3 || !g.CanStart(1) {
 			t.Fatalf("a client's start and fills under a limit of 4: %+v, want two fills and a permit left", g.Stats())
 		}
 	})
