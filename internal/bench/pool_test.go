@@ -93,3 +93,36 @@ func TestPoolAdaptiveResult(t *testing.T) {
 		t.Errorf("%d correctness misses, %d rows", r.CorrectnessMissed(), len(r.Rows))
 	}
 }
+
+// The ideal pool, the scale for a run's hit rate: it misses only when
+// sessions and refills hold every slot.
+func TestPoolIdeal(t *testing.T) {
+	s := time.Second
+	// Spaced requests on two slots: every one finds a browser.
+	var spaced []poolArrival
+	for i := range 10 {
+		spaced = append(spaced, poolArrival{at: time.Duration(5+10*i) * s, hold: s})
+	}
+	if got := poolIdeal(spaced, 2, 2*s, 0); got != 1 {
+		t.Errorf("spaced requests: ideal hit rate %v, want 1", got)
+	}
+	// One slot held by a long session: the next request has nothing, and
+	// a request before the first browser is up has nothing either.
+	long := []poolArrival{{at: 5 * s, hold: 100 * s}, {at: 6 * s, hold: s}}
+	if got := poolIdeal(long, 1, 2*s, 0); got != 0.5 {
+		t.Errorf("one slot, held: ideal hit rate %v, want 0.5", got)
+	}
+	early := []poolArrival{{at: s, hold: s}, {at: 10 * s, hold: s}}
+	if got := poolIdeal(early, 2, 2*s, 0); got != 0.5 {
+		t.Errorf("a request before any browser is ready: ideal hit rate %v, want 0.5", got)
+	}
+	if got := poolIdeal(early, 2, 2*s, 5*s); got != 1 {
+		t.Errorf("counted from 5 s on: ideal hit rate %v, want 1", got)
+	}
+	// Half load on 10 slots, sessions of 5–20 s, 2 s starts: sessions and
+	// refills hold every slot about 8 % of the time.
+	half := poolArrivals(poolLoadSpec{rate: 0.4, d: time.Hour, holdMin: 5 * s, holdX: 15 * s, seed: 37})
+	if got := poolIdeal(half, 10, 2*s, time.Minute); got < 0.88 || got > 0.95 {
+		t.Errorf("an hour at half load: ideal hit rate %v, want about 0.92", got)
+	}
+}
