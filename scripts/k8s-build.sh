@@ -27,8 +27,20 @@ export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 
 log() { echo "k8s-build: $*" >&2; }
 
+# A binary is rebuilt when what it is built from changed: each has a stamp,
+# the hash of its sources in this repository (and of its build function).
+stamp() { cat "$@" | sha256sum | cut -c1-16; }
+k8s_stamp() {
+  { declare -f build_k8s; cat deploy/kubernetes/cluster/go.mod deploy/kubernetes/cluster/go.sum deploy/kubernetes/cluster/cmd/k8s/*.go; } | stamp
+}
+cri_dockerd_stamp() {
+  { declare -f build_cri_dockerd; cat deploy/kubernetes/cluster/cri-dockerd/go.mod deploy/kubernetes/cluster/cri-dockerd/go.sum deploy/kubernetes/cluster/cri-dockerd/libdocker/*.go; } | stamp
+}
+fresh() { [ -x "$bin/$1" ] && [ "$(cat "$bin/.$1.stamp" 2>/dev/null)" = "$2" ]; }
+
 build_k8s() {
-  [ -x "$bin/k8s" ] && return 0
+  local want; want=$(k8s_stamp)
+  fresh k8s "$want" && return 0
   log "building k8s $K8S_VERSION (the multi-call binary; a cold build takes the better part of an hour on 2 cores)"
   local pkg=k8s.io/component-base/version cgo=k8s.io/client-go/pkg/version
   local date; date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
@@ -38,6 +50,7 @@ build_k8s() {
   (cd deploy/kubernetes/cluster &&
     CGO_ENABLED=0 "$GO" build -trimpath -ldflags "-s -w $x" -o "$bin/k8s.tmp" ./cmd/k8s)
   mv "$bin/k8s.tmp" "$bin/k8s"
+  echo "$want" > "$bin/.k8s.stamp"
   log "k8s built in $((SECONDS - start))s"
 }
 
@@ -49,7 +62,8 @@ link_components() {
 }
 
 build_cri_dockerd() {
-  [ -x "$bin/cri-dockerd" ] && return 0
+  local want; want=$(cri_dockerd_stamp)
+  fresh cri-dockerd "$want" && return 0
   log "building cri-dockerd $CRI_DOCKERD_VERSION"
   local start=$SECONDS wrap=deploy/kubernetes/cluster/cri-dockerd mod work
   # The wrapper module pins the version and its go.sum checks the download;
@@ -65,18 +79,34 @@ build_cri_dockerd() {
   cp -r "$mod" "$work"
   chmod -R u+w "$work"
   rm -rf "$work/vendor" # the module zip holds only vendor/modules.txt
-  sed -i 's/^\tcreateResp, err := d\.client\.ContainerCreate($/\tclampOOMScoreAdj(opts.HostConfig)\n&/' \
-    "$work/libdocker/kube_docker_client.go"
-  if [ "$(grep -c '^	clampOOMScoreAdj(opts.HostConfig)$' "$work/libdocker/kube_docker_client.go")" != 1 ]; then
-    log "cri-dockerd's libdocker/kube_docker_client.go changed: the oom_score_adj patch does not apply"
-    exit 1
-  fi
+  # patch FILE SED EXPECTED: applies SED to FILE, which must then hold the
+  # line EXPECTED exactly once.
+  patch_src() {
+    sed -i "$2" "$work/$1"
+    if [ "$(grep -cxF -- "$3" "$work/$1")" != 1 ]; then
+      log "cri-dockerd's $1 changed: a patch of k8s-build.sh does not apply"
+      exit 1
+    fi
+  }
+  # 1. No negative oom_score_adj without CAP_SYS_RESOURCE ($wrap/libdocker/oom.go).
+  patch_src libdocker/kube_docker_client.go \
+    's/^\tcreateResp, err := d\.client\.ContainerCreate($/\tclampOOMScoreAdj(opts.HostConfig)\n&/' \
+    $'\tclampOOMScoreAdj(opts.HostConfig)'
+  # 2. Exec/attach/port-forward URLs with a scheme. cri-dockerd answers
+  # "//127.0.0.1:port/cri/exec/..."; the kubelet's WebSocket-to-SPDY
+  # translator (ExtendWebSocketsToKubelet, what kubectl exec uses since
+  # v1.31) dials such a URL with TLS and fails ("server gave HTTP response to
+  # HTTPS client"). The streaming server speaks plain HTTP, so say so.
+  patch_src cmd/server.go \
+    's|^\(\t*BaseURL: *\)&url.URL{Path: "/cri/"},$|\1\&url.URL{Scheme: "http", Path: "/cri/"},|' \
+    $'\t\tBaseURL:                         &url.URL{Scheme: "http", Path: "/cri/"},'
   cp "$wrap/libdocker/oom.go" "$work/libdocker/zz_websummoner_oom.go"
   (cd "$work" &&
     CGO_ENABLED=0 "$GO" build -mod=mod -trimpath \
       -ldflags "-s -w -X github.com/Mirantis/cri-dockerd/cmd/version.Version=${CRI_DOCKERD_VERSION#v}" \
       -o "$bin/cri-dockerd.tmp" .)
   mv "$bin/cri-dockerd.tmp" "$bin/cri-dockerd"
+  echo "$want" > "$bin/.cri-dockerd.stamp"
   log "cri-dockerd built in $((SECONDS - start))s"
 }
 

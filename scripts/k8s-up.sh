@@ -176,7 +176,17 @@ if [ ! -f "$K8S_DIR/resolv.conf" ]; then
   grep -vE '^nameserver[[:space:]]+(127\.|::1)' /etc/resolv.conf > "$K8S_DIR/resolv.conf" || true
 fi
 
-cat > "$K8S_DIR/kubelet.yaml" <<EOF
+# write FILE: stdin into FILE, only if that changes FILE (kube-proxy exits
+# when its configuration file is written to, even with the same content).
+write() {
+  local new
+  new=$(cat)
+  [ -f "$1" ] && [ "$(cat "$1")" = "$new" ] && return 0
+  printf '%s\n' "$new" > "$1.tmp"
+  mv "$1.tmp" "$1"
+}
+
+write "$K8S_DIR/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 # This machine's Docker runs on cgroup v1, which kubelet refuses by default since v1.35.
@@ -214,7 +224,7 @@ evictionHard:
   imagefs.available: 1%
 EOF
 
-cat > "$K8S_DIR/kube-proxy.yaml" <<EOF
+write "$K8S_DIR/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 mode: iptables
