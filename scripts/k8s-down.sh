@@ -48,6 +48,20 @@ done
 if [ -x "$K8S_BIN/k8s" ] && iptables -t nat -S 2>/dev/null | grep -q '^-N KUBE-'; then
   "$K8S_BIN/k8s" kube-proxy --cleanup >> "$K8S_LOGS/kube-proxy.log" 2>&1 || true
 fi
+# The kubelet's own (KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT),
+# which kube-proxy leaves: the jumps to them, then the chains.
+for ipt in iptables ip6tables; do
+  command -v "$ipt" >/dev/null 2>&1 || continue
+  for t in filter nat mangle; do
+    rules=$("$ipt" -t "$t" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j KUBE-' | grep -v '^-A KUBE-' || true)
+    while read -r rule; do
+      [ -z "$rule" ] || eval "$ipt -w -t $t -D ${rule#-A }" 2>/dev/null || true
+    done <<< "$rules"
+    chains=$("$ipt" -t "$t" -S 2>/dev/null | awk '/^-N KUBE-/{print $2}' || true)
+    for c in $chains; do "$ipt" -w -t "$t" -F "$c" 2>/dev/null || true; done
+    for c in $chains; do "$ipt" -w -t "$t" -X "$c" 2>/dev/null || true; done
+  done
+done
 
 # The kubelet's tmpfs and bind mounts of volumes (secrets, projected tokens).
 if [ -d "$K8S_DIR/kubelet" ]; then

@@ -106,6 +106,30 @@ kc exec "$pod" -- /k8s kubectl version -o yaml 2>/dev/null | grep -q 'gitVersion
 env=$(kc exec "$pod" -- /k8s kubectl get --raw /version --v=6 2>&1 | grep -o 'https://[0-9.]*:[0-9]*' | head -1 || true)
 k8s_log "2. inside the pod: token at /var/run/secrets/kubernetes.io/serviceaccount, apiserver at $env, whoami = $who"
 
+# A Service's ClusterIP from the host (kube-proxy), the pod's log (apiserver
+# to kubelet) and kubectl port-forward (cri-dockerd's streaming server).
+kc expose deployment prober --port=80 --target-port=8001 >/dev/null
+cip=$(kc get service prober -o jsonpath='{.spec.clusterIP}')
+ok=
+for _ in $(seq 1 20); do
+  curl -fsS --max-time 3 "http://$cip/version" >/dev/null 2>&1 && { ok=1; break; }
+  sleep 0.5
+done
+[ -n "$ok" ] || fail "the host could not reach Service prober at $cip:80"
+kc logs "$pod" | grep -q 'Starting to serve' || fail "kubectl logs"
+port=$((20000 + RANDOM % 20000))
+k8s_kubectl -n "$ns" port-forward "pod/$pod" "$port:8001" >/dev/null 2>&1 &
+pf=$!
+ok=
+for _ in $(seq 1 20); do
+  curl -fsS --max-time 3 "http://127.0.0.1:$port/version" >/dev/null 2>&1 && { ok=1; break; }
+  sleep 0.5
+done
+kill "$pf" 2>/dev/null || true
+wait "$pf" 2>/dev/null || true
+[ -n "$ok" ] || fail "kubectl port-forward"
+k8s_log "2. Service prober reached at $cip:80 from the host; kubectl logs and port-forward work"
+
 # 3. ResourceQuota: the pause pod and the prober make two.
 kc create quota pods --hard=pods=2 >/dev/null
 for _ in $(seq 1 40); do
