@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds the single-node test cluster's binaries from sources into
 # ${WEBSUMMONER_K8S_CACHE:-$HOME/.cache/websummoner/k8s}/<version>/bin, each only
-# when missing (a second run builds nothing):
+# when missing or its sources here changed (a second run builds nothing):
 #   k8s          the multi-call binary of deploy/kubernetes/cluster (etcd,
 #                kube-apiserver, kube-controller-manager, kube-scheduler,
 #                kubelet, kube-proxy, kubectl), plus one symlink per component
-#   cri-dockerd  Mirantis cri-dockerd, the CRI for Docker Engine
+#   cri-dockerd  Mirantis cri-dockerd, the CRI for Docker Engine, with two
+#                patches (docs/kubernetes-cluster.md)
 # and the pause image (images/pause). Usage: scripts/k8s-build.sh [k8s|cri-dockerd|pause]...
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +42,7 @@ fresh() { [ -x "$bin/$1" ] && [ "$(cat "$bin/.$1.stamp" 2>/dev/null)" = "$2" ]; 
 build_k8s() {
   local want; want=$(k8s_stamp)
   fresh k8s "$want" && return 0
-  log "building k8s $K8S_VERSION (the multi-call binary; a cold build takes the better part of an hour on 2 cores)"
+  log "building k8s $K8S_VERSION (the multi-call binary; cold, it took 25 minutes on a busy 2-core machine)"
   local pkg=k8s.io/component-base/version cgo=k8s.io/client-go/pkg/version
   local date; date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   local x="-X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$K8S_MAJOR -X $pkg.gitMinor=$K8S_MINOR -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
