@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -189,7 +190,10 @@ func TestKubeRestartSweeps(t *testing.T) {
 		t.Fatalf("%d pods after SIGKILL; the test needs the two left", n)
 	}
 	h2 := k.startKubeHub(t, instance, "-limit", "2")
-	h2.await(t, "[PODS_DELETED]")
+	// Before it serves: the sweep is logged before [INIT].
+	if !strings.Contains(h2.logs.String(), "[PODS_DELETED] [2]") {
+		t.Errorf("the restarted hub logged no [PODS_DELETED] [2]:\n%s", h2.logs)
+	}
 	if !k.podsGone(t, instance) {
 		t.Errorf("pods of the killed hub left: %v", k.pods(t, instance))
 	}
@@ -224,8 +228,14 @@ func TestKubeQuotaAnswersHonestly(t *testing.T) {
 		t.Errorf("%d pods with the quota at two", n)
 	}
 	call(t, "DELETE", h.url+"/wd/hub/session/"+a, "")
-	if !waitFor(time.Minute, func() bool { return len(k.pods(t, instance)) == 1 }) {
-		t.Fatal("the ended session's pod stayed")
+	// The quota counts a pod until the controller manager sees it gone: a
+	// request before then is refused as the third was, honestly.
+	if !waitFor(time.Minute, func() bool {
+		got, err := k.client.CoreV1().ResourceQuotas(k.namespace).Get(context.Background(), "two-pods", metav1.GetOptions{})
+		used := got.Status.Used[corev1.ResourcePods]
+		return err == nil && used.Value() == 1
+	}) {
+		t.Fatal("the ended session's pod is still counted by the quota")
 	}
 	c := chromeSession(t, h.url, "")
 	call(t, "DELETE", h.url+"/wd/hub/session/"+c, "")
@@ -311,4 +321,66 @@ func TestKubeVNCAndVideo(t *testing.T) {
 	if !k.podsGone(t, instance) {
 		t.Errorf("pods left: %v", k.pods(t, instance))
 	}
+}
+
+// k8sDir is the test cluster's state directory (scripts/k8s-lib.sh).
+func k8sDir() string {
+	if d := os.Getenv("WEBSUMMONER_K8S_DIR"); d != "" {
+		return d
+	}
+	return "/tmp/websummoner-k8s"
+}
+
+// The API server killed and started again: while it is down the hub says
+// so (/readyz, 503 with Retry-After for a new session) and a live session
+// goes on (its commands go to the pod, not through the API server); once it
+// is back the hub serves new sessions, and the live one ends cleanly.
+func TestKubeAPIServerRestart(t *testing.T) {
+	k := requireKube(t)
+	instance := instanceFor(t)
+	h := k.startKubeHub(t, instance, "-limit", "2")
+	live := chromeSession(t, h.url, "")
+	pidFile := filepath.Join(k8sDir(), "run", "kube-apiserver.pid")
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("the test cluster's API server pid (scripts/k8s-up.sh writes it): %v", err)
+	}
+	var pid int
+	fmt.Sscan(string(data), &pid)
+	// Whatever happens, the cluster is up again for the tests after this one.
+	t.Cleanup(func() {
+		if out, err := exec.Command("../scripts/k8s-up.sh").CombinedOutput(); err != nil {
+			t.Errorf("restarting the API server: %v\n%s", err, out)
+		}
+	})
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(time.Minute, func() bool {
+		r := call(t, "GET", h.url+"/readyz", "")
+		return r.status == 503 && strings.Contains(r.Value.Message, "Kubernetes API server unreachable")
+	}) {
+		t.Fatalf("/readyz with the API server killed: %s", rawCall(t, "GET", h.url+"/readyz", ""))
+	}
+	r := call(t, "POST", h.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome"}}}`)
+	if r.status != 503 || r.header.Get("Retry-After") == "" || !strings.Contains(r.Value.Message, "API server is unreachable") {
+		t.Fatalf("a new session with the API server down: %d %q (Retry-After %q)", r.status, r.Value.Message, r.header.Get("Retry-After"))
+	}
+	if got := execute(t, h.url, live, "return 6*7"); got != 42.0 {
+		t.Fatalf("the live session's command with the API server down: %v", got)
+	}
+	if out, err := exec.Command("../scripts/k8s-up.sh").CombinedOutput(); err != nil {
+		t.Fatalf("restarting the API server: %v\n%s", err, out)
+	}
+	h.await(t, "[KUBERNETES_UP]")
+	next := chromeSession(t, h.url, "")
+	for _, id := range []string{live, next} {
+		if r := call(t, "DELETE", h.url+"/wd/hub/session/"+id, ""); r.status != 200 {
+			t.Errorf("DELETE %s: %d %s", id, r.status, r.Value.Message)
+		}
+	}
+	if !k.podsGone(t, instance) {
+		t.Errorf("pods left: %v", k.pods(t, instance))
+	}
+	h.settled(t)
 }

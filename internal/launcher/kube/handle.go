@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -235,12 +236,18 @@ func (i *instance) remove(ctx context.Context) error {
 		logtag.Event(i.l.log, slog.LevelWarn, i.requestID, "POD_DELETE_FAILED", i.name, err, "the sweep will retry")
 		return fmt.Errorf("deleting pod %s: %w (the sweep retries every -sweep-interval)", i.name, err)
 	}
-	select {
-	case <-i.gone:
-		return nil
-	case <-ctx.Done():
-		logtag.Event(i.l.log, slog.LevelWarn, i.requestID, "POD_DELETE_SLOW", i.name, "still terminating after -session-delete-timeout; Kubernetes goes on deleting it")
-		return fmt.Errorf("pod %s was still terminating after -session-delete-timeout %v", i.name, i.l.opts.StopTimeout)
+	look := time.NewTicker(lookInterval) // as in run: the watch may lag
+	defer look.Stop()
+	for {
+		select {
+		case <-i.gone:
+			return nil
+		case <-look.C:
+			i.l.look(ctx, i)
+		case <-ctx.Done():
+			logtag.Event(i.l.log, slog.LevelWarn, i.requestID, "POD_DELETE_SLOW", i.name, "still terminating after -session-delete-timeout; Kubernetes goes on deleting it")
+			return fmt.Errorf("pod %s was still terminating after -session-delete-timeout %v", i.name, i.l.opts.StopTimeout)
+		}
 	}
 }
 

@@ -254,8 +254,15 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 func (l *Launcher) run(ctx context.Context, inst *instance, r launcher.Request) (launcher.Endpoints, error) {
 	var e launcher.Endpoints
 	var last *corev1.Pod
+	// The informer's watch carries the pod's news; a watch being re-made
+	// (the API server restarted) can lag by many seconds, so the pod is
+	// also read now and then.
+	look := time.NewTicker(lookInterval)
+	defer look.Stop()
 	for ip := ""; ip == ""; {
 		select {
+		case <-look.C:
+			l.look(ctx, inst)
 		case <-ctx.Done():
 			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return e, ctx.Err()
@@ -291,6 +298,22 @@ func (l *Launcher) run(ctx context.Context, inst *instance, r launcher.Request) 
 			Msg: fmt.Sprintf("pod %s did not answer on %s within -service-startup-timeout %v; raise it if the node is slow, or check the image", inst.name, e.Driver.Host, l.opts.StartupTimeout)}
 	default:
 		return e, err // the client went away
+	}
+}
+
+// lookInterval is how often a pod the hub waits on is read, beside the
+// informer's word of it.
+const lookInterval = 2 * time.Second
+
+// look reads a pod the hub waits on and hands it to its instance as the
+// informer would: a pod that is gone is gone.
+func (l *Launcher) look(ctx context.Context, inst *instance) {
+	pod, err := l.client.CoreV1().Pods(l.opts.Namespace).Get(ctx, inst.name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		inst.see(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: inst.name}}, true)
+	case err == nil:
+		inst.see(pod, false)
 	}
 }
 
@@ -391,6 +414,7 @@ func (l *Launcher) apiErr(ctx context.Context, b config.Resolved, what string, e
 		se.Engine = false
 		se.Msg = fmt.Sprintf("%s: the API server refused the pod made from %s (%v); fix that browsers.json entry", what, b, apiMessage(err))
 	case apierrors.IsServiceUnavailable(err), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err), isConnErr(err):
+		l.markDown(err)
 		return l.downErr(b, err)
 	default:
 		se.Msg = fmt.Sprintf("%s: %v", what, err)

@@ -68,14 +68,7 @@ func (l *Launcher) checkHealth(ctx context.Context) {
 	_, err := l.client.CoreV1().Pods(l.opts.Namespace).List(pctx, metav1.ListOptions{LabelSelector: l.selector(), Limit: 1})
 	was := l.up.Load()
 	if err != nil && !apierrors.IsForbidden(err) {
-		l.upErr.Store(err.Error())
-		l.up.Store(false)
-		if was {
-			logtag.Event(l.log, slog.LevelWarn, "", "KUBERNETES_DOWN", err)
-		}
-		if l.opts.OnHealth != nil {
-			l.opts.OnHealth(false)
-		}
+		l.markDown(err)
 		return
 	}
 	if err != nil {
@@ -89,6 +82,18 @@ func (l *Launcher) checkHealth(ctx context.Context) {
 	}
 	if l.opts.OnHealth != nil {
 		l.opts.OnHealth(true)
+	}
+}
+
+// markDown records that the API server does not answer: new sessions are
+// answered 503 at once (Check) until the next health check finds it again.
+func (l *Launcher) markDown(err error) {
+	l.upErr.Store(err.Error())
+	if l.up.Swap(false) {
+		logtag.Event(l.log, slog.LevelWarn, "", "KUBERNETES_DOWN", err)
+	}
+	if l.opts.OnHealth != nil {
+		l.opts.OnHealth(false)
 	}
 }
 
