@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,10 +13,15 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	yamlutil "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -383,4 +390,102 @@ func TestKubeAPIServerRestart(t *testing.T) {
 		t.Errorf("pods left: %v", k.pods(t, instance))
 	}
 	h.settled(t)
+}
+
+// The hub in the cluster, deployed as deploy/kubernetes/websummoner.yaml
+// deploys it (in the test's namespace, with this build's images): its
+// Deployment's pod becomes ready, and Python Selenium through its Service
+// gets a session in a pod the hub made with its service account.
+func TestKubeHubInCluster(t *testing.T) {
+	k := requireKube(t)
+	out, err := exec.Command("make", "-s", "-C", "..", "image", "IMAGE=websummoner/hub:e2e-"+strings.ToLower(runID)).Output()
+	if err != nil {
+		t.Fatalf("make image: %v", err)
+	}
+	hubImage := strings.TrimSpace(string(out))
+	t.Cleanup(func() { exec.Command("docker", "rmi", hubImage).Run() })
+	data, err := os.ReadFile("../deploy/kubernetes/websummoner.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	manifest := strings.NewReplacer("namespace: websummoner", "namespace: "+k.namespace,
+		"websummoner/hub:latest", hubImage).Replace(string(data))
+	ctx := context.Background()
+	dec := yamlutil.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
+	for {
+		var raw runtime.RawExtension
+		if err := dec.Decode(&raw); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatal(err)
+		}
+		if len(raw.Raw) == 0 {
+			continue
+		}
+		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(raw.Raw, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch o := obj.(type) {
+		case *corev1.Namespace: // the test's own stands in for it
+		case *corev1.ServiceAccount:
+			_, err = k.client.CoreV1().ServiceAccounts(k.namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			_, err = k.client.RbacV1().Roles(k.namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			_, err = k.client.RbacV1().RoleBindings(k.namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.ConfigMap:
+			_, err = k.client.CoreV1().ConfigMaps(k.namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *appsv1.Deployment:
+			_, err = k.client.AppsV1().Deployments(k.namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.Service:
+			_, err = k.client.CoreV1().Services(k.namespace).Create(ctx, o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("the manifest has a %T the test does not apply", obj)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	hubLogs := func() string {
+		pods, _ := k.client.CoreV1().Pods(k.namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=websummoner"})
+		var b strings.Builder
+		for _, p := range pods.Items {
+			logs, _ := k.client.CoreV1().Pods(k.namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+			fmt.Fprintf(&b, "%s (%s):\n%s\n", p.Name, p.Status.Phase, logs)
+		}
+		return b.String()
+	}
+	if !waitFor(2*time.Minute, func() bool {
+		d, err := k.client.AppsV1().Deployments(k.namespace).Get(ctx, "websummoner", metav1.GetOptions{})
+		return err == nil && d.Status.ReadyReplicas == 1
+	}) {
+		t.Fatalf("the hub's Deployment did not become ready:\n%s", hubLogs())
+	}
+	svc, err := k.client.CoreV1().Services(k.namespace).Get(ctx, "websummoner", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + svc.Spec.ClusterIP + ":4444"
+	c := startWaitingClient(t, "testdata/kube.py", url+"/wd/hub", "wait")
+	if f := strings.Fields(c.out.Text()); len(f) != 4 || f[2] != "from_a_pod" {
+		t.Fatalf("client through the in-cluster hub read %q\n%s", c.out.Text(), hubLogs())
+	}
+	browsers, err := k.client.CoreV1().Pods(k.namespace).List(ctx, metav1.ListOptions{LabelSelector: "websummoner.instance=hub"})
+	if err != nil || len(browsers.Items) != 1 {
+		t.Fatalf("browser pods of the in-cluster hub: %v %v", browsers, err)
+	}
+	c.finish(t)
+	if !waitFor(time.Minute, func() bool {
+		l, err := k.client.CoreV1().Pods(k.namespace).List(ctx, metav1.ListOptions{LabelSelector: "websummoner.instance=hub"})
+		return err == nil && len(l.Items) == 0
+	}) {
+		t.Errorf("the browser pod outlived its session\n%s", hubLogs())
+	}
+	// Deleted with the namespace; its hub first, so it makes no more pods.
+	zero := int32(0)
+	d, _ := k.client.AppsV1().Deployments(k.namespace).Get(ctx, "websummoner", metav1.GetOptions{})
+	d.Spec.Replicas = &zero
+	k.client.AppsV1().Deployments(k.namespace).Update(ctx, d, metav1.UpdateOptions{})
 }

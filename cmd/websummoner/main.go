@@ -457,11 +457,11 @@ func kubeClient(path string, qps float64, burst int) (kubernetes.Interface, *res
 	rules.ExplicitPath = path
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
 	var cfg *rest.Config
-	var err error
 	if path == "" {
-		cfg, err = rest.InClusterConfig()
+		cfg, _ = rest.InClusterConfig() // nil outside a cluster: the kubeconfig then
 	}
 	if cfg == nil {
+		var err error
 		if cfg, err = cc.ClientConfig(); err != nil {
 			return nil, nil, "", fmt.Errorf("-kubernetes: no cluster to use (%v); give -kubeconfig, set $KUBECONFIG, or run the hub in the cluster", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -41,6 +42,15 @@ func TestShippedExamples(t *testing.T) {
 				list += fmt.Sprintf("%x  %s\n", sha256.Sum256(b), f)
 			}
 			want := fmt.Sprintf("%s:bookworm-%x", img.tag, sha256.Sum256([]byte(list)))[:len(img.tag)+len(":bookworm-")+12]
+			if img.dir == "chromium" {
+				manifest, err := os.ReadFile("../../deploy/kubernetes/websummoner.yaml")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(string(manifest), `"image": "`+want+`"`) {
+					t.Errorf("deploy/kubernetes/websummoner.yaml's browsers.json does not name %s, which images/chromium/build.sh builds", want)
+				}
+			}
 			for _, e := range img.entries {
 				v := bs[e[0]]
 				if v == nil || v.Versions[e[1]] == nil {
