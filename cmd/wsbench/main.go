@@ -33,7 +33,7 @@ func main() {
 		os.Exit(1)
 	}
 	short := flag.Bool("short", false, "run every scenario for seconds (a smoke test)")
-	only := flag.String("scenario", "all", "realbrowser, proxy, churn, waiters, jam, stampede, soak, wakeup, pool, fairshare, or all (comma-separated)")
+	only := flag.String("scenario", "all", "realbrowser, proxy, churn, waiters, jam, stampede, soak, wakeup, pool, fairshare, kube, or all (comma-separated)")
 	selenoid := flag.String("selenoid", "", "the realbrowser scenario also runs this Selenoid binary (built from its source by hand) in its local-driver mode with the same chromedriver; empty: Selenoid's columns read \"not run\"")
 	rbCommands := flag.Int("realbrowser-commands", 0, "commands each realbrowser target runs, a multiple of 4 (0: 480, or 40 with -short)")
 	soakFor := flag.Duration("soak", 60*time.Minute, "how long the soak scenario runs (full mode; 2m with -short)")
@@ -249,6 +249,20 @@ func run(ctx context.Context, short bool, only, out string, churnFor time.Durati
 		}
 		if err := keep(env.PoolAdaptive(ctx)); err != nil {
 			return err
+		}
+	}
+	if want("kube") {
+		// The Kubernetes launcher on the test cluster (make k8s-up): a pod's
+		// create beside a container's, and a burst of pods at once. Without
+		// a cluster, or Docker and the images, skipped.
+		r, err := env.Kube(ctx)
+		switch {
+		case errors.Is(err, bench.ErrNoCluster), errors.Is(err, bench.ErrNoChromiumImage):
+			fmt.Printf("\n== kube\nskipped: %v\n", err)
+		default:
+			if err := keep(r, err); err != nil {
+				return err
+			}
 		}
 	}
 	if want("fairshare") {
