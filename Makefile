@@ -1,9 +1,10 @@
 # WebSummoner. `make run` serves a real headless Chromium on :4444; `make test`
-# installs what the tests need and runs them all (CI runs exactly this).
+# installs what the tests need, starts the Kubernetes test cluster, and runs
+# them all (CI runs exactly this).
 GO ?= go
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build run deps test-deps images image test unit e2e bench bench-short callgrind fuzz vet clean k8s-up k8s-down
+.PHONY: build run deps test-deps images image test unit e2e bench bench-short callgrind fuzz vet clean k8s-up k8s-down k8s-e2e
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/websummoner ./cmd/websummoner
@@ -36,9 +37,14 @@ images:
 	images/aerokube/build.sh
 	images/webkit/build.sh
 
-test: test-deps vet images
-	$(MAKE) bench-short
-	$(GO) test -race -count=1 -timeout 20m ./...
+# The Kubernetes tests and the kube benchmark run on the test cluster
+# (k8s-up: built the first time, then started in seconds, and left running;
+# make k8s-down stops it).
+K8S_KUBECONFIG = $(or $(WEBSUMMONER_K8S_DIR),/tmp/websummoner-k8s)/admin.kubeconfig
+
+test: test-deps vet images k8s-up
+	WEBSUMMONER_KUBECONFIG=$(K8S_KUBECONFIG) $(MAKE) bench-short
+	WEBSUMMONER_KUBECONFIG=$(K8S_KUBECONFIG) $(GO) test -race -count=1 -timeout 30m ./...
 
 unit:
 	$(GO) test -race -count=1 ./internal/... ./cmd/...
@@ -100,3 +106,7 @@ k8s-up:
 
 k8s-down:
 	scripts/k8s-down.sh
+
+# The Kubernetes launcher's end-to-end tests alone (make test runs them too).
+k8s-e2e: test-deps images k8s-up
+	WEBSUMMONER_KUBECONFIG=$(K8S_KUBECONFIG) $(GO) test -count=1 -v -run '^TestKube' ./e2e/
