@@ -72,8 +72,9 @@ func requireKube(t *testing.T) *kubeEnv {
 
 // startKubeHub runs the hub binary on this machine with -kubernetes, its
 // browsers pods in the test's namespace: "chrome" (real Chromium on the
-// image's virtual screen) and "ghost" (an image no node has). Videos go to
-// a directory of the test's.
+// image's virtual screen), "ghost" (an image no node has) and "huge" (a
+// stub asking for more CPUs than any node has). Videos go to a directory of
+// the test's.
 func (k *kubeEnv) startKubeHub(t *testing.T, instance string, args ...string) *hub {
 	t.Helper()
 	conf := filepath.Join(t.TempDir(), "browsers.json")
@@ -82,8 +83,9 @@ func (k *kubeEnv) startKubeHub(t *testing.T, instance string, args ...string) *h
     "156.0": {"image": %q, "port": "4444", "path": "/", "shmSize": 268435456,
       "caps": {"goog:chromeOptions": {"args": ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]}}}}},
-  "ghost": {"default": "1", "versions": {"1": {"image": "websummoner/ghost:none", "port": "4444"}}}
-}`, chromeTag)
+  "ghost": {"default": "1", "versions": {"1": {"image": "websummoner/ghost:none", "port": "4444"}}},
+  "huge": {"default": "1", "versions": {"1": {"image": %q, "port": "4444", "cpu": "1000"}}}
+}`, chromeTag, stubTag)
 	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -324,6 +326,25 @@ func TestKubeVNCAndVideo(t *testing.T) {
 	}
 	if seen := coloursShown(t, file, 640, 360); !showsInOrder(seen, colours) {
 		t.Errorf("the video shows %v at its centre, want %v in that order", seen, colours)
+	}
+	if !k.podsGone(t, instance) {
+		t.Errorf("pods left: %v", k.pods(t, instance))
+	}
+}
+
+// A pod no node can run: answered 503 with Retry-After at once, with the
+// scheduler's reason, and nothing left.
+func TestKubeUnschedulable(t *testing.T) {
+	k := requireKube(t)
+	instance := instanceFor(t)
+	h := k.startKubeHub(t, instance, "-limit", "1")
+	start := time.Now()
+	r := call(t, "POST", h.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"huge"}}}`)
+	if r.status != 503 || r.header.Get("Retry-After") == "" || !strings.Contains(r.Value.Message, "Insufficient cpu") {
+		t.Fatalf("a pod asking for 1000 CPUs: %d %q (Retry-After %q); want 503 with the scheduler's reason", r.status, r.Value.Message, r.header.Get("Retry-After"))
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("answered after %v: it waited out the start-up timeout", took)
 	}
 	if !k.podsGone(t, instance) {
 		t.Errorf("pods left: %v", k.pods(t, instance))
