@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"time"
 
 	"github.com/websummoner/websummoner/internal/config"
+	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
@@ -196,6 +198,27 @@ func SafeName(id string) string {
 		return "_"
 	}
 	return string(b[:min(len(b), 200)])
+}
+
+// WriteKeptLog writes a session's kept log (LogFile, in LogDir) through
+// write, never over another session's file: where the name is taken the log
+// gets one with the session id in it (CreateKept), and LOG_RENAMED says so.
+// The caller has checked KeepLog and opened what write copies, so a log
+// that cannot be read leaves no empty file.
+func (o Options) WriteKeptLog(opts webdriver.Options, sessionID string, log *slog.Logger, requestID string, write func(io.Writer) error) error {
+	want := LogFile(opts, sessionID)
+	f, saved, err := CreateKept(o.LogDir, want, sessionID)
+	if err != nil {
+		return fmt.Errorf("keeping the log: %w (check -log-output-dir)", err)
+	}
+	if saved != want {
+		logtag.Event(log, slog.LevelWarn, requestID, "LOG_RENAMED", fmt.Sprintf("%s exists in -log-output-dir; this session's log is %s", want, saved))
+	}
+	err = write(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // keptNames are the names tried, in order, for a kept file asked to be name:

@@ -92,19 +92,10 @@ func (i *instance) keepLog(ctx context.Context) error {
 		return fmt.Errorf("reading the container's log: %w", err)
 	}
 	defer rc.Close()
-	want := launcher.LogFile(i.opts, id)
-	f, saved, err := launcher.CreateKept(i.l.opts.LogDir, want, id) // never over another session's log
-	if err != nil {
-		return fmt.Errorf("keeping the log: %w (check -log-output-dir)", err)
-	}
-	if saved != want {
-		logtag.Event(i.l.log, slog.LevelWarn, i.requestID, "LOG_RENAMED", fmt.Sprintf("%s exists in -log-output-dir; this session's log is %s", want, saved))
-	}
-	_, err = stdcopy.StdCopy(f, f, rc)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return i.l.opts.WriteKeptLog(i.opts, id, i.l.log, i.requestID, func(w io.Writer) error {
+		_, err := stdcopy.StdCopy(w, w, rc)
+		return err
+	})
 }
 
 func (i *instance) ExitReason() string {

@@ -176,19 +176,10 @@ func (i *instance) keepLog(ctx context.Context) error {
 		return fmt.Errorf("reading pod %s's log: %w", i.name, err)
 	}
 	defer rc.Close()
-	want := launcher.LogFile(i.opts, id)
-	f, saved, err := launcher.CreateKept(i.l.opts.LogDir, want, id) // never over another session's log
-	if err != nil {
-		return fmt.Errorf("keeping the log: %w (check -log-output-dir)", err)
-	}
-	if saved != want {
-		logtag.Event(i.l.log, slog.LevelWarn, i.requestID, "LOG_RENAMED", fmt.Sprintf("%s exists in -log-output-dir; this session's log is %s", want, saved))
-	}
-	_, err = io.Copy(f, rc)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return i.l.opts.WriteKeptLog(i.opts, id, i.l.log, i.requestID, func(w io.Writer) error {
+		_, err := io.Copy(w, rc)
+		return err
+	})
 }
 
 // Stop keeps the pod's log if asked, then deletes the pod and waits until it
