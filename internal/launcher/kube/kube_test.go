@@ -384,3 +384,33 @@ func TestVideoRecorderInThePod(t *testing.T) {
 		t.Errorf("video: %q %v", data, err)
 	}
 }
+
+// A kept log is the browser container's output, read through the API
+// before the pod goes (client-go's fake answers "fake logs").
+func TestKeptLogFromThePod(t *testing.T) {
+	driver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+	defer driver.Close()
+	host, port, _ := net.SplitHostPort(driver.Listener.Addr().String())
+	client := fake.NewClientset()
+	node(t, client, running(host))
+	logs := t.TempDir()
+	l, err := New(Options{Namespace: "browsers", HubAddresses: []string{},
+		Options: launcher.Options{Instance: "test", LogDir: logs, StartupTimeout: 20 * time.Second, StopTimeout: 10 * time.Second}}, client, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l.Prepare(ctx)
+	inst, err := l.Start(ctx, launcher.Request{ID: "1", Browser: entry("img", port), Options: webdriver.Options{EnableLog: true, LogName: "run.log"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.SessionCreated("abc", nil)
+	if err := inst.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(filepath.Join(logs, "run.log")); err != nil || string(data) != "fake logs" {
+		t.Errorf("kept log: %q %v", data, err)
+	}
+}
