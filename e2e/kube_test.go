@@ -77,7 +77,6 @@ func requireKube(t *testing.T) *kubeEnv {
 // the test's.
 func (k *kubeEnv) startKubeHub(t *testing.T, instance string, args ...string) *hub {
 	t.Helper()
-	conf := filepath.Join(t.TempDir(), "browsers.json")
 	doc := fmt.Sprintf(`{
   "chrome": {"default": "156.0", "versions": {
     "156.0": {"image": %q, "port": "4444", "path": "/", "shmSize": 268435456,
@@ -86,6 +85,13 @@ func (k *kubeEnv) startKubeHub(t *testing.T, instance string, args ...string) *h
   "ghost": {"default": "1", "versions": {"1": {"image": "websummoner/ghost:none", "port": "4444"}}},
   "huge": {"default": "1", "versions": {"1": {"image": %q, "port": "4444", "cpu": "1000"}}}
 }`, chromeTag, stubTag)
+	return k.startKubeHubWith(t, instance, doc, args...)
+}
+
+// startKubeHubWith is startKubeHub with a browsers.json of the caller's.
+func (k *kubeEnv) startKubeHubWith(t *testing.T, instance, doc string, args ...string) *hub {
+	t.Helper()
+	conf := filepath.Join(t.TempDir(), "browsers.json")
 	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -509,4 +515,46 @@ func TestKubeHubInCluster(t *testing.T) {
 	d, _ := k.client.AppsV1().Deployments(k.namespace).Get(ctx, "websummoner", metav1.GetOptions{})
 	d.Spec.Replicas = &zero
 	k.client.AppsV1().Deployments(k.namespace).Update(ctx, d, metav1.UpdateOptions{})
+}
+
+// The warm pool on Kubernetes: a ready browser is a pod with its session
+// made; Python Selenium's stock ChromeOptions() is a hit, served by that
+// pod, and the pool makes another.
+func TestKubeWarmPool(t *testing.T) {
+	k := requireKube(t)
+	instance := instanceFor(t)
+	doc := fmt.Sprintf(`{"chrome": {"default": "156.0", "versions": {"156.0": {"image": %q, "port": "4444", "path": "/", "shmSize": 268435456,
+  "caps": {"goog:chromeOptions": {"args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync"]}}}}}}`, chromeTag)
+	h := k.startKubeHubWith(t, instance, doc, "-limit", "2", "-warm-pool", "1")
+	poolReady := func() bool {
+		rows, _ := h.getJSON(t, "/status")["pool"].([]any)
+		return len(rows) == 1 && rows[0].(map[string]any)["ready"] == 1.0
+	}
+	if !waitFor(2*time.Minute, poolReady) {
+		t.Fatalf("the pool is not ready: %v", h.getJSON(t, "/status")["pool"])
+	}
+	ready := k.pods(t, instance)
+	if len(ready) != 1 {
+		t.Fatalf("%d pods for one ready browser", len(ready))
+	}
+	c := startWaitingClient(t, "testdata/kube.py", h.url+"/wd/hub", "wait")
+	if f := strings.Fields(c.out.Text()); len(f) != 4 || f[2] != "from_a_pod" {
+		t.Fatalf("client read %q", c.out.Text())
+	}
+	if got := h.metric(t, `websummoner_pool_claims_total{result="hit"}`); got != 1 {
+		t.Fatalf("hits = %v, want 1", got)
+	}
+	if !strings.Contains(h.logs.String(), "[warm pool hit]") {
+		t.Error("no session was logged as a warm pool hit")
+	}
+	c.finish(t)
+	// The session's pod goes; the pool makes a new one, never the used one.
+	if !waitFor(2*time.Minute, poolReady) {
+		t.Fatalf("the pool did not refill: %v", h.getJSON(t, "/status")["pool"])
+	}
+	now := k.pods(t, instance)
+	if len(now) != 1 || now[0].Name == ready[0].Name {
+		t.Errorf("pods after the session: %d, the used one among them: %v", len(now), len(now) == 1 && now[0].Name == ready[0].Name)
+	}
 }
