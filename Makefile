@@ -99,7 +99,7 @@ clean:
 	rm -rf bin
 
 # A real single-node Kubernetes cluster built from sources (docs/kubernetes-cluster.md):
-# the first run builds its binaries (a quarter of an hour or more on 2 cores), later runs
+# the first run builds its binaries (long: docs/kubernetes-cluster.md), later runs
 # start it in seconds. k8s-up prints the admin kubeconfig's path.
 k8s-up:
 	scripts/k8s-up.sh

@@ -42,7 +42,7 @@ fresh() { [ -x "$bin/$1" ] && [ "$(cat "$bin/.$1.stamp" 2>/dev/null)" = "$2" ]; 
 build_k8s() {
   local want; want=$(k8s_stamp)
   fresh k8s "$want" && return 0
-  log "building k8s $K8S_VERSION (the multi-call binary; cold, it took 25 minutes on a busy 2-core machine)"
+  log "building k8s $K8S_VERSION (the multi-call binary; long the first time: docs/kubernetes-cluster.md)"
   local pkg=k8s.io/component-base/version cgo=k8s.io/client-go/pkg/version
   local date; date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   local x="-X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$K8S_MAJOR -X $pkg.gitMinor=$K8S_MINOR -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
