@@ -221,6 +221,17 @@ func (o Options) WriteKeptLog(opts webdriver.Options, sessionID string, log *slo
 	return err
 }
 
+// LogVideo logs how a session's video ended: VIDEO_FAILED with why, or
+// VIDEO_SAVED with its file's name (none: no session, nothing kept).
+func LogVideo(log *slog.Logger, requestID, name string, err error) {
+	switch {
+	case err != nil:
+		logtag.Event(log, slog.LevelWarn, requestID, "VIDEO_FAILED", err)
+	case name != "":
+		logtag.Event(log, slog.LevelInfo, requestID, "VIDEO_SAVED", name)
+	}
+}
+
 // keptNames are the names tried, in order, for a kept file asked to be name:
 // name itself, then name with "-<session id>" before its extension, then that
 // with a random suffix, for a name someone took on purpose.

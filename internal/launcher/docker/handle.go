@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"sync"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/websummoner/websummoner/internal/launcher"
-	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
@@ -121,12 +119,7 @@ func (i *instance) Stop(ctx context.Context) error {
 			}
 			// While the browser still runs: its screen is what is recorded.
 			name, err := i.finishVideo(ctx)
-			switch {
-			case err != nil:
-				logtag.Event(i.l.log, slog.LevelWarn, i.requestID, "VIDEO_FAILED", err)
-			case name != "":
-				logtag.Event(i.l.log, slog.LevelInfo, i.requestID, "VIDEO_SAVED", name)
-			}
+			launcher.LogVideo(i.l.log, i.requestID, name, err)
 		}()
 		logErr := i.keepLog(ctx)
 		<-video

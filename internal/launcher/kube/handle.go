@@ -197,12 +197,7 @@ func (i *instance) Stop(ctx context.Context) error {
 			// While the browser still runs: its screen is what is recorded,
 			// and its container is the way the file comes out.
 			name, err := i.finishVideo(ctx)
-			switch {
-			case err != nil:
-				logtag.Event(i.l.log, slog.LevelWarn, i.requestID, "VIDEO_FAILED", err)
-			case name != "":
-				logtag.Event(i.l.log, slog.LevelInfo, i.requestID, "VIDEO_SAVED", name)
-			}
+			launcher.LogVideo(i.l.log, i.requestID, name, err)
 		}()
 		logErr := i.keepLog(ctx)
 		<-video

@@ -74,6 +74,18 @@ func node(t *testing.T, client *fake.Clientset, set func(*corev1.Pod)) {
 	}()
 }
 
+// servingNode is a fake cluster whose every pod runs at the address of a
+// driver that answers (a local HTTP server), at host and port.
+func servingNode(t *testing.T) (client *fake.Clientset, host, port string) {
+	t.Helper()
+	driver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+	t.Cleanup(driver.Close)
+	host, port, _ = net.SplitHostPort(driver.Listener.Addr().String())
+	client = fake.NewClientset()
+	node(t, client, running(host))
+	return client, host, port
+}
+
 func running(ip string) func(*corev1.Pod) {
 	return func(p *corev1.Pod) {
 		p.Spec.NodeName = "node-1"
@@ -178,18 +190,14 @@ func TestPodSpecRefuses(t *testing.T) {
 }
 
 func TestStartServesAndStops(t *testing.T) {
-	driver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
-	defer driver.Close()
-	host, port, _ := net.SplitHostPort(driver.Listener.Addr().String())
-	client := fake.NewClientset()
-	node(t, client, running(host))
+	client, host, port := servingNode(t)
 	l := newLauncher(t, client)
 	inst, err := l.Start(context.Background(), launcher.Request{ID: "1", Browser: entry("img", port)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := inst.Endpoints()
-	if e.Driver.Host != driver.Listener.Addr().String() || e.VNC == nil || e.VNC.Port() != "5900" || e.DevTools.Port() != "7070" {
+	if e.Driver.Host != net.JoinHostPort(host, port) || e.VNC == nil || e.VNC.Port() != "5900" || e.DevTools.Port() != "7070" {
 		t.Errorf("endpoints %+v", e)
 	}
 	name, ip := inst.(launcher.Container).ContainerInfo()
@@ -211,11 +219,7 @@ func TestStartServesAndStops(t *testing.T) {
 }
 
 func TestPodDeletedUnderASessionEndsIt(t *testing.T) {
-	driver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
-	defer driver.Close()
-	host, port, _ := net.SplitHostPort(driver.Listener.Addr().String())
-	client := fake.NewClientset()
-	node(t, client, running(host))
+	client, _, port := servingNode(t)
 	l := newLauncher(t, client)
 	inst, err := l.Start(context.Background(), launcher.Request{ID: "1", Browser: entry("img", port)})
 	if err != nil {
@@ -345,11 +349,7 @@ func (f *fakeExec) Exec(ctx context.Context, ns, pod, container string, cmd []st
 }
 
 func TestVideoRecorderInThePod(t *testing.T) {
-	driver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
-	defer driver.Close()
-	host, port, _ := net.SplitHostPort(driver.Listener.Addr().String())
-	client := fake.NewClientset()
-	node(t, client, running(host))
+	client, _, port := servingNode(t)
 	videos := t.TempDir()
 	ex := &fakeExec{client: client, cmds: make(chan []string, 4)}
 	l, err := New(Options{Namespace: "browsers", HubAddresses: []string{}, VideoDir: videos, VideoImage: "websummoner/recorder:1", Exec: ex,
@@ -388,11 +388,7 @@ func TestVideoRecorderInThePod(t *testing.T) {
 // A kept log is the browser container's output, read through the API
 // before the pod goes (client-go's fake answers "fake logs").
 func TestKeptLogFromThePod(t *testing.T) {
-	driver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
-	defer driver.Close()
-	host, port, _ := net.SplitHostPort(driver.Listener.Addr().String())
-	client := fake.NewClientset()
-	node(t, client, running(host))
+	client, _, port := servingNode(t)
 	logs := t.TempDir()
 	l, err := New(Options{Namespace: "browsers", HubAddresses: []string{},
 		Options: launcher.Options{Instance: "test", LogDir: logs, StartupTimeout: 20 * time.Second, StopTimeout: 10 * time.Second}}, client, nil, nil)
