@@ -16,7 +16,7 @@ import (
 )
 
 // stubDeleteDelay is the stub's DELETE time in the churn scenarios: a real
-// driver quits its browser there (chromedriver with headless Chromium here:
+// driver quits its browser there (chromedriver with headless Chromium:
 // tens of milliseconds), and "DELETE as fast as the driver" is judged against
 // a driver that takes some time, as real ones do.
 const stubDeleteDelay = 20 * time.Millisecond

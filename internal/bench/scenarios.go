@@ -276,11 +276,10 @@ func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, er
 	aloneFloor := e.floorChurn(ctx, 1, c, k, min(d/2, 5*time.Second))
 	rssEarly := rss(hub.pid())
 	// The floor and the hub take turns, so that whatever else the machine
-	// does in the window weighs on both alike. The turns are short, since
-	// these VMs' speed moves within seconds (a floor turn's create p50 went
-	// from 14.6 to 24.0 ms between two 5 s turns), but long enough for each
-	// client to run some 25 sessions: every turn begins with all c clients
-	// creating at once, a burst it must outlast by far.
+	// does in the window weighs on both alike. The turns are short, since a
+	// virtual machine's speed can move within seconds, but long enough for
+	// each client to run a few dozen sessions: every turn begins with all c
+	// clients creating at once, a burst it must outlast by far.
 	turn := churnTurn(c)
 	rounds := max(1, int(d/turn))
 	var floor, run churnRun
@@ -381,8 +380,9 @@ func (e *Env) Churn(ctx context.Context, c, k int, d time.Duration) (*Result, er
 }
 
 // churnTurn is how long each of the floor's and the hub's turns in a churn
-// lasts at c clients: short, for the VM's drift, but some 25 sessions a
-// client (at 4 clients a client runs ~25 sessions a second here, at 32 ~6).
+// lasts at c clients: short, for a virtual machine's drift, but long enough
+// for a few dozen sessions a client (a client's sessions slow as clients are
+// added, since they share the machine).
 func churnTurn(c int) time.Duration {
 	return max(time.Second, time.Duration(c)*150*time.Millisecond)
 }
@@ -405,8 +405,8 @@ func (e *Env) Waiters(ctx context.Context, l, m, handoffs int) (*Result, error) 
 
 // WaitersFlat measures the hand-off at two queue lengths at once: a hub with
 // small waiters and one with big waiters are filled, then their hand-offs
-// alternate, so that whatever the machine does meanwhile — and on these VMs its
-// speed moves by half within seconds — weighs on both alike, and what differs
+// alternate, so that whatever the machine does meanwhile — a virtual
+// machine's speed can move by half within seconds — weighs on both alike, and what differs
 // is the queue's length alone. The big hub's result carries the flatness
 // target (HandOffFlat); each hub's memory figures are its own process's.
 func (e *Env) WaitersFlat(ctx context.Context, l, small, big, handoffs int) (smallR, bigR *Result, err error) {

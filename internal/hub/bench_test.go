@@ -124,9 +124,9 @@ func BenchmarkSessionLookup(b *testing.B) {
 // (BenchmarkProxyCommand's two loops) and prints the targets met or missed:
 // hub − direct ≤ 40 µs (a report) and ≤ maxProxyAllocs allocations. The loops take turns, five
 // rounds of one second each, and the median round's difference is the
-// figure: on a VM one second's wall time moves by tens of µs a command with
-// whatever else the host runs (37 to 92 µs in four single runs on one VM),
-// and turns put that on both loops alike. The process's CPU time per command
+// figure: on a virtual machine one second's wall time moves by tens of µs a
+// command with whatever else the host runs, and turns put that on both loops
+// alike. The process's CPU time per command
 // is printed beside it (the hub's CPU and the extra hop's kernel work, with
 // no waiting in it). It runs from make bench and make bench-short
 // (WEBSUMMONER_BENCH=1); timing is never asserted, the allocation count is.

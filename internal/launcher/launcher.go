@@ -494,7 +494,6 @@ func (s Said) Write(p []byte) (int, error) {
 }
 
 // refusedFor is how long WaitReady looks every millisecond while connects are
-// refused: a driver process listens within it (a Go stub in ~5 ms,
-// chromedriver in ~20), and the backoff's doubling would add up to as much
-// again to each start.
+// refused: a driver process usually listens within it, and the backoff's
+// doubling would add up to as much again to each start.
 const refusedFor = 100 * time.Millisecond
