@@ -263,7 +263,18 @@ start() {
     echo "=== $(date -u +%FT%TZ) $*"
   } >> "$K8S_LOGS/$name.log"
   setsid "$@" >> "$K8S_LOGS/$name.log" 2>&1 < /dev/null &
-  echo $! > "$K8S_RUN/$name.pid"
+  local pid=$! want exe i
+  echo "$pid" > "$K8S_RUN/$name.pid"
+  # Until the child has exec'd, /proc/PID/exe is the shell's or setsid's, and
+  # k8s_pid would call the component gone: on a busy machine the first look
+  # of wait_for came before the exec and failed a start that was fine.
+  want=$(readlink -f "$(k8s_component_exe "$name")")
+  for ((i = 0; i < 600; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0 # exited: wait_for says so, with its log
+    exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || true
+    [ "${exe% (deleted)}" = "$want" ] && return 0
+    sleep 0.05
+  done
 }
 
 K8S=$K8S_BIN/k8s
