@@ -263,16 +263,13 @@ start() {
     echo "=== $(date -u +%FT%TZ) $*"
   } >> "$K8S_LOGS/$name.log"
   setsid "$@" >> "$K8S_LOGS/$name.log" 2>&1 < /dev/null &
-  local pid=$! want exe i
+  local pid=$! i
   echo "$pid" > "$K8S_RUN/$name.pid"
-  # Until the child has exec'd, /proc/PID/exe is the shell's or setsid's, and
-  # k8s_pid would call the component gone: on a busy machine the first look
-  # of wait_for came before the exec and failed a start that was fine.
-  want=$(readlink -f "$(k8s_component_exe "$name")")
+  # Until the child has exec'd, /proc/PID/exe is the shell's or setsid's and
+  # k8s_pid calls the component gone; wait_for must not look before then.
   for ((i = 0; i < 600; i++)); do
+    k8s_pid "$name" >/dev/null && return 0
     kill -0 "$pid" 2>/dev/null || return 0 # exited: wait_for says so, with its log
-    exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || true
-    [ "${exe% (deleted)}" = "$want" ] && return 0
     sleep 0.05
   done
 }

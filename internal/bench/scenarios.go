@@ -406,8 +406,8 @@ func (e *Env) Waiters(ctx context.Context, l, m, handoffs int) (*Result, error) 
 // WaitersFlat measures the hand-off at two queue lengths at once: a hub with
 // small waiters and one with big waiters are filled, then their hand-offs
 // alternate, so that whatever the machine does meanwhile — a virtual
-// machine's speed can move by half within seconds — weighs on both alike, and what differs
-// is the queue's length alone. The big hub's result carries the flatness
+// machine's speed can move by half within seconds — weighs on both alike,
+// and what differs is the queue's length alone. The big hub's result carries the flatness
 // target (HandOffFlat); each hub's memory figures are its own process's.
 func (e *Env) WaitersFlat(ctx context.Context, l, small, big, handoffs int) (smallR, bigR *Result, err error) {
 	qs, err := e.fillQueue(ctx, l, small)

@@ -171,11 +171,10 @@ func (e *Env) Soak(ctx context.Context, d time.Duration) (*Result, error) {
 // rssWindow is how long leastRSS looks (a tenth of a shorter soak).
 const rssWindow = 10 * time.Second
 
-// leastRSS is pid's least RSS over window, sampled every 100 ms. Go gives
-// freed heap back to the kernel within seconds, so one instant's RSS can
-// land on a burst of the hostile drivers' huge answers (each read up to the
-// 16 MiB bound, tens of MiB together, gone seconds later) and call it
-// growth; a leak is in every sample.
+// leastRSS is pid's least RSS over window, sampled every 100 ms. Under load
+// Go gives freed heap back to the kernel within seconds, so one instant's
+// RSS can land on a burst of the hostile drivers' huge answers (each read up
+// to the 16 MiB bound) and call it growth; a leak is in every sample.
 func leastRSS(pid int, window time.Duration) float64 {
 	least := rss(pid)
 	for end := time.Now().Add(window); time.Now().Before(end); {
