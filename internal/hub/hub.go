@@ -224,11 +224,15 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 	// capabilities somewhere else.
 	h.client = &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	h.proxy = &httputil.ReverseProxy{
-		Rewrite:       h.rewrite,
-		Transport:     opts.Transport,
-		ErrorHandler:  h.proxyError,
-		FlushInterval: -1,
-		BufferPool:    &bufferPool{},
+		Rewrite:      h.rewrite,
+		Transport:    opts.Transport,
+		ErrorHandler: h.proxyError,
+		// FlushInterval stays 0: an answer of known length leaves in one
+		// write, headers and body together, when the handler returns. A
+		// negative interval flushed the headers apart from the body (a write
+		// and a client wake-up more per command, and a timer's goroutine);
+		// an answer of unknown length is flushed as it comes either way.
+		BufferPool: &bufferPool{},
 		// An answer that breaks off reaches the client cut off, which is what
 		// it needs to know; the line is for debugging a driver.
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelDebug),

@@ -5,8 +5,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+
+	"github.com/websummoner/websummoner/internal/queue"
 )
 
 // With 1,100 drivers live at once, each used in turn (as 1,100 sessions'
@@ -50,5 +53,24 @@ func TestTransportKeepsEveryDriversConnection(t *testing.T) {
 		if n := dials.Load(); n != drivers {
 			t.Fatalf("after round %d: %d connections to %d drivers, want one each", round, n, drivers)
 		}
+	}
+}
+
+// A command's answer of known length is not flushed on its way through: it
+// leaves the hub in one write, headers and body together, when the handler
+// returns, rather than as headers first and body after (a write and a client
+// wake-up more per command).
+func TestCommandAnswerIsNotFlushedApart(t *testing.T) {
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	defer f.sess.EndAll("shutdown")
+	rec := httptest.NewRecorder()
+	f.hub.ServeHTTP(rec, httptest.NewRequest("GET", "/wd/hub/session/"+id+"/title", nil))
+	if rec.Code != http.StatusOK || rec.Header().Get("Content-Length") == "" {
+		t.Fatalf("title: status %d, Content-Length %q, body %s: want 200 with a length", rec.Code, rec.Header().Get("Content-Length"), rec.Body)
+	}
+	if rec.Flushed {
+		t.Fatal("the answer was flushed while it was copied: its headers leave apart from its body")
 	}
 }
