@@ -27,6 +27,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "wsbench relay:", bench.Relay(spec))
 		os.Exit(1)
 	}
+	if spec := os.Getenv(bench.ReverseProxyEnv); spec != "" {
+		// The realbrowser scenario's bare httputil.ReverseProxy, likewise.
+		fmt.Fprintln(os.Stderr, "wsbench reverse proxy:", bench.ReverseProxy(spec))
+		os.Exit(1)
+	}
 	if port := os.Getenv(bench.EchoEnv); port != "" {
 		// The wakeup scenario's echo process, likewise.
 		fmt.Fprintln(os.Stderr, "wsbench echo:", bench.Echo(port))

@@ -229,13 +229,13 @@ func roundOrder(n, i int) []int {
 
 // RealBrowser measures the four commands (findElement, title, executeScript,
 // currentUrl) on one local headless Chromium session per target — straight
-// to chromedriver, through the hub, and through Selenoid when
-// opt.Selenoid names its binary — each target on one keep-alive connection,
-// in interleaved rounds, so that the machine's drift weighs on every target
-// alike. It reports each target's p50 and p99 and the hub's and Selenoid's
-// own CPU per command (their children, chromedriver and Chromium, are not
-// counted), and every process it started, and what they started, is ended
-// before it returns.
+// to chromedriver, through a bare httputil.ReverseProxy, through the hub, and
+// through Selenoid when opt.Selenoid names its binary — each target on one
+// keep-alive connection, in interleaved rounds, so that the machine's drift
+// weighs on every target alike. It reports each target's p50 and p99 and the
+// proxies' own CPU per command (their children, chromedriver and Chromium,
+// are not counted), and every process it started, and what they started, is
+// ended before it returns.
 func (e *Env) RealBrowser(ctx context.Context, opt RealBrowserOptions) (r *Result, err error) {
 	_, chromedriver, err := BrowserTools()
 	if err != nil {
@@ -303,7 +303,38 @@ func (e *Env) RealBrowser(ctx context.Context, opt RealBrowserOptions) (r *Resul
 		return nil, fmt.Errorf("realbrowser: starting chromedriver directly: %w", err)
 	}
 	procs, groups = append(procs, direct), append(groups, direct.pid())
-	targets = append(targets, newTarget("chromedriver, direct", direct.url, 0))
+	directT := newTarget("chromedriver, direct", direct.url, 0)
+	targets = append(targets, directT)
+
+	// The standard library's floor: a bare httputil.ReverseProxy process (the
+	// tool's binary, ReverseProxyEnv) in front of a chromedriver of its own,
+	// as the hub and Selenoid each have theirs.
+	fport, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	fcmd := command(chromedriver, "--port="+strconv.Itoa(fport))
+	fcmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+	fcmd.SysProcAttr.Setpgid = true
+	fdriver, err := e.startWith(ctx, fcmd, fport, "started successfully")
+	if err != nil {
+		return nil, fmt.Errorf("realbrowser: starting chromedriver for the bare ReverseProxy: %w", err)
+	}
+	procs, groups = append(procs, fdriver), append(groups, fdriver.pid())
+	rport, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	// The hub's environment (WSBENCH_HUB_ENV), as the relay has it: a
+	// GOMAXPROCS tried on the hub is tried on its floor too.
+	rp, err := e.start(ctx, e.Self, nil, rport, "reverse proxy listening",
+		append(hubEnv(), fmt.Sprintf("%s=%d=127.0.0.1:%d", ReverseProxyEnv, rport, fport))...)
+	if err != nil {
+		return nil, fmt.Errorf("realbrowser: starting the bare ReverseProxy: %w", err)
+	}
+	procs = append(procs, rp)
+	floor := newTarget(rbFloor, rp.url, rp.pid())
+	targets = append(targets, floor)
 
 	// The hub, its chrome entry the same chromedriver (no --allowed-ips,
 	// which would have it listen beyond loopback), unsandboxed as the
@@ -317,7 +348,8 @@ func (e *Env) RealBrowser(ctx context.Context, opt RealBrowserOptions) (r *Resul
 		return nil, fmt.Errorf("realbrowser: starting the hub: %w", err)
 	}
 	procs = append(procs, hub)
-	targets = append(targets, newTarget("hub", hub.url+"/wd/hub", hub.pid()))
+	hubT := newTarget("hub", hub.url+"/wd/hub", hub.pid())
+	targets = append(targets, hubT)
 
 	sel := &rbTarget{rbPath: rbPath{name: "Selenoid", cpu: -1, schedNs: -1}}
 	if opt.Selenoid != "" {
@@ -423,7 +455,7 @@ func (e *Env) RealBrowser(ctx context.Context, opt RealBrowserOptions) (r *Resul
 			t.idleNsPerS = float64(runtimeSince(after[t].threads, idle[t].threads)) / idleFor.Seconds()
 		}
 	}
-	paths := []rbPath{targets[0].rbPath, targets[1].rbPath, sel.rbPath}
+	paths := []rbPath{directT.rbPath, hubT.rbPath, sel.rbPath, floor.rbPath}
 	r = realBrowserResult(paths, n)
 	r.Figures["measured_s"] = measured.Seconds()
 	return r, nil
@@ -475,21 +507,32 @@ func (e *Env) startSelenoid(ctx context.Context, bin, chromedriver, tmp string) 
 	}
 }
 
+// rbFloor is the name of the path through a bare httputil.ReverseProxy.
+const rbFloor = "httputil.ReverseProxy alone"
+
+// rbKeys are the figures' key for each path's name.
+var rbKeys = map[string]string{"chromedriver, direct": "direct", rbFloor: "reverseproxy", "hub": "hub", "Selenoid": "selenoid"}
+
 // realBrowserResult is the scenario's table, figures and targets from what
-// the rounds measured: paths are chromedriver direct, the hub and Selenoid
-// (run false: not run), each with latencies and own CPU.
+// the rounds measured: paths are chromedriver direct, the hub, Selenoid and,
+// if given, the bare ReverseProxy (run false: not run), each with latencies
+// and own CPU.
 func realBrowserResult(paths []rbPath, perTarget int) *Result {
 	direct, hub, sel := paths[0], paths[1], paths[2]
+	floor := rbPath{name: rbFloor, cpu: -1, schedNs: -1}
+	if len(paths) > 3 {
+		floor = paths[3]
+	}
 	r := &Result{Scenario: "realbrowser", Figures: map[string]float64{"commands_per_target": float64(perTarget)}, Header: realBrowserHeader}
-	for _, p := range []*rbPath{&direct, &hub, &sel} {
+	for _, p := range []*rbPath{&direct, &hub, &sel, &floor} {
 		sortDurations(p.lat)
 	}
 	p50 := func(p rbPath) float64 { return float64(percentile(p.lat, 50)) / 1e6 }
 	p99 := func(p rbPath) float64 { return float64(percentile(p.lat, 99)) / 1e6 }
 	perCmd := func(p rbPath, sec float64) float64 { return sec / float64(max(len(p.lat), 1)) * 1e6 }
 	var kinds, idle []string
-	for _, p := range []rbPath{direct, hub, sel} {
-		key := map[string]string{"chromedriver, direct": "direct", "hub": "hub", "Selenoid": "selenoid"}[p.name]
+	for _, p := range []rbPath{direct, floor, hub, sel} {
+		key := rbKeys[p.name]
 		if !p.run {
 			continue
 		}
@@ -535,6 +578,15 @@ func realBrowserResult(paths []rbPath, perTarget int) *Result {
 		r.Notes = append(r.Notes, fmt.Sprintf("the hub's own CPU µs per command counted exactly (the threads' schedstat): %.0f", perCmd(hub, hub.schedNs/1e9)))
 		r.Notes = append(r.Notes, "Selenoid not run: -selenoid PATH names a Selenoid binary built from its source by hand; its two targets are not judged without it")
 	}
+	if floor.run {
+		// Information, not a target: what the hub's own work adds over the
+		// standard library's bare proxy, which has the same wake-ups per
+		// command and none of the hub's work.
+		r.Figures["hub_over_reverseproxy_p50"] = p50(hub) / p50(floor)
+		r.Figures["hub_over_reverseproxy_cpu"] = hub.schedNs / max(floor.schedNs, 1)
+		r.Notes = append(r.Notes, fmt.Sprintf("the hub over a bare httputil.ReverseProxy (the standard library's floor, no target): p50 %.3f×, own CPU %.3f× (exact); the bare proxy's p50 over direct %.3f×",
+			r.Figures["hub_over_reverseproxy_p50"], r.Figures["hub_over_reverseproxy_cpu"], p50(floor)/p50(direct)))
+	}
 	r.Notes = append(r.Notes, "own CPU ms a second while no command ran (exact): "+strings.Join(idle, "; "))
 	r.Notes = append(r.Notes, "p50 ms per command (findElement / title / executeScript / currentUrl): "+strings.Join(kinds, "; "))
 	r.Notes = append(r.Notes, fmt.Sprintf("each target: one headless Chromium session through the same chromedriver, one keep-alive connection, %d commands in %d interleaved rounds (order rotated), after 2 unmeasured rounds", perTarget, perTarget/len(rbCommands)))
@@ -549,7 +601,8 @@ var realBrowserHeader = []string{"path", "commands", "p50 ms", "p99 ms", "p50 / 
 // "not run" throughout.
 func realBrowserRows(f map[string]float64) [][]string {
 	var rows [][]string
-	for _, p := range []struct{ name, key string }{{"chromedriver, direct", "direct"}, {"hub", "hub"}, {"Selenoid", "selenoid"}} {
+	for _, name := range []string{"chromedriver, direct", rbFloor, "hub", "Selenoid"} {
+		p := struct{ name, key string }{name, rbKeys[name]}
 		n, ok := f[p.key+"_commands"]
 		if !ok {
 			rows = append(rows, []string{p.name, "not run", "not run", "not run", "not run", "not run"})

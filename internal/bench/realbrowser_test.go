@@ -201,6 +201,46 @@ func TestRealBrowserResultWithoutSelenoid(t *testing.T) {
 	}
 }
 
+// The bare ReverseProxy's row, when it ran, has its own figures and the hub's
+// ratios over it, as information: the three targets stay the only ones. When
+// it did not run, its row reads "not run" and no ratio over it is made up.
+func TestRealBrowserResultFloor(t *testing.T) {
+	paths := rbPaths(10, 10.4, 10.6, 0.30, 0.50, 0.31, 0.52)
+	floor := rbLats(time.Duration(10.25*1e6), 400)
+	floor.name, floor.cpu, floor.schedNs = rbFloor, 0.25, 0.248e9
+	r := realBrowserResult(append(paths, floor), 400)
+	if len(r.Targets) != 3 {
+		t.Fatalf("targets %+v: the floor added or took away a target", r.Targets)
+	}
+	f := r.Figures
+	if math.Abs(f["hub_over_reverseproxy_p50"]-10.4/10.25) > 1e-9 || math.Abs(f["hub_over_reverseproxy_cpu"]-0.31/0.248) > 1e-9 || f["reverseproxy_p50_ms"] != 10.25 {
+		t.Fatalf("figures %v: want hub/floor p50 %.4f, CPU %.4f, floor p50 10.25", f, 10.4/10.25, 0.31/0.248)
+	}
+	if got := r.Rows[1]; got[0] != rbFloor || got[2] != "10.250" || got[5] != "625 (exact 620)" {
+		t.Fatalf("second row %q: want the floor's, p50 10.250, CPU 625 (exact 620)", got)
+	}
+	if !strings.Contains(strings.Join(r.Notes, "\n"), "bare httputil.ReverseProxy") {
+		t.Fatalf("notes %q do not give the hub over the floor", r.Notes)
+	}
+	r = realBrowserResult(paths, 400)
+	if got := r.Rows[1]; got[0] != rbFloor || slices.ContainsFunc(got[1:], func(c string) bool { return c != "not run" }) {
+		t.Fatalf("second row without the floor %q: want \"not run\" in every column", got)
+	}
+	if _, ok := r.Figures["hub_over_reverseproxy_p50"]; ok {
+		t.Fatal("a ratio over a floor that did not run")
+	}
+}
+
+// The bare ReverseProxy refuses a spec that is not one port and one loopback
+// target, saying which variable was wrong.
+func TestReverseProxySpec(t *testing.T) {
+	for _, bad := range []string{"", "x=127.0.0.1:1", "1=10.0.0.1:80", "1=127.0.0.1:2,3=127.0.0.1:4", "127.0.0.1:80"} {
+		if err := ReverseProxy(bad); err == nil || !strings.Contains(err.Error(), ReverseProxyEnv) {
+			t.Errorf("ReverseProxy(%q) = %v, want an error naming %s", bad, err, ReverseProxyEnv)
+		}
+	}
+}
+
 // The chart is drawn from the figures, with Selenoid's bars only when it ran,
 // and a result without figures is an error, not an empty picture.
 func TestRealBrowserChart(t *testing.T) {

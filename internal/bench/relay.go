@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -66,4 +69,29 @@ func relayConn(c net.Conn, target string) {
 		d.(*net.TCPConn).CloseWrite()
 	}()
 	io.Copy(c, d)
+}
+
+// ReverseProxyEnv names the environment variable that turns the load tool's
+// binary into the standard library's bare reverse proxy (see ReverseProxy):
+// "port=host:port".
+const ReverseProxyEnv = "WSBENCH_REVERSEPROXY"
+
+// ReverseProxy serves httputil.NewSingleHostReverseProxy to the target on
+// 127.0.0.1:port with a zero http.Server: the cheapest HTTP proxy the standard
+// library makes, with no work of the hub's. The realbrowser scenario's row
+// for it is the floor of a proxy built on net/http; the hub's row over it is
+// what the hub's own work adds. It runs as a separate process, as the hub
+// does, prints "reverse proxy listening" once its listener is open, and
+// returns only on error.
+func ReverseProxy(spec string) error {
+	port, target, ok := strings.Cut(spec, "=")
+	if _, err := strconv.Atoi(port); !ok || err != nil || !strings.HasPrefix(target, "127.0.0.1:") || strings.Contains(target, ",") {
+		return fmt.Errorf("%s: %q is not port=127.0.0.1:port", ReverseProxyEnv, spec)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:"+port)
+	if err != nil {
+		return err
+	}
+	fmt.Println("reverse proxy listening")
+	return http.Serve(l, httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: target}))
 }

@@ -154,14 +154,14 @@ func FloorChart(ratios []Ratio, path string) error {
 }
 
 // RealBrowserChart draws the realbrowser scenario's p50 and p99 per path
-// (chromedriver direct, the hub, Selenoid if it ran) and the hub's and
-// Selenoid's own CPU per command, from its Result.
+// (chromedriver direct, the bare ReverseProxy and Selenoid if they ran, the
+// hub) and the proxies' own CPU per command, from its Result.
 func RealBrowserChart(r *Result, path string) error {
 	type bar struct {
 		label, key string
 	}
 	var paths []bar
-	for _, p := range []bar{{"chromedriver, direct", "direct"}, {"hub", "hub"}, {"Selenoid", "selenoid"}} {
+	for _, p := range []bar{{"chromedriver, direct", "direct"}, {"ReverseProxy alone", "reverseproxy"}, {"hub", "hub"}, {"Selenoid", "selenoid"}} {
 		if _, ok := r.Figures[p.key+"_p50_ms"]; ok {
 			paths = append(paths, p)
 		}
@@ -169,7 +169,8 @@ func RealBrowserChart(r *Result, path string) error {
 	if len(paths) == 0 {
 		return fmt.Errorf("realbrowser chart: the result has no p50 figure of any path")
 	}
-	const w, h, left, top, row = 760, 300, 170, 50, 28
+	const w, left, top, row = 760, 170, 50, 28
+	h := top + len(paths)*2*row + 54
 	maxMs, maxCPU := 0.0, 0.0
 	for _, p := range paths {
 		maxMs = max(maxMs, r.Figures[p.key+"_p99_ms"])
