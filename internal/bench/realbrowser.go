@@ -289,38 +289,37 @@ func (e *Env) RealBrowser(ctx context.Context, opt RealBrowserOptions) (r *Resul
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	// A chromedriver in a process group of its own, with its Chromium, so
+	// that what it leaves is ended with the group.
+	startDriver := func(what string) (*proc, error) {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		cmd := command(chromedriver, "--port="+strconv.Itoa(port))
+		cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
+		cmd.SysProcAttr.Setpgid = true
+		p, err := e.startWith(ctx, cmd, port, "started successfully")
+		if err != nil {
+			return nil, fmt.Errorf("realbrowser: starting chromedriver %s: %w", what, err)
+		}
+		procs, groups = append(procs, p), append(groups, p.pid())
+		return p, nil
+	}
+	direct, err := startDriver("directly")
 	if err != nil {
 		return nil, err
 	}
-	// Straight to chromedriver: in a process group of its own, with its
-	// Chromium, so that what it leaves is ended with the group.
-	cmd := command(chromedriver, "--port="+strconv.Itoa(port))
-	cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	cmd.SysProcAttr.Setpgid = true
-	direct, err := e.startWith(ctx, cmd, port, "started successfully")
-	if err != nil {
-		return nil, fmt.Errorf("realbrowser: starting chromedriver directly: %w", err)
-	}
-	procs, groups = append(procs, direct), append(groups, direct.pid())
 	directT := newTarget("chromedriver, direct", direct.url, 0)
 	targets = append(targets, directT)
 
 	// The standard library's floor: a bare httputil.ReverseProxy process (the
 	// tool's binary, ReverseProxyEnv) in front of a chromedriver of its own,
 	// as the hub and Selenoid each have theirs.
-	fport, err := freePort()
+	fdriver, err := startDriver("for the bare ReverseProxy")
 	if err != nil {
 		return nil, err
 	}
-	fcmd := command(chromedriver, "--port="+strconv.Itoa(fport))
-	fcmd.Env = append(os.Environ(), "TMPDIR="+tmp)
-	fcmd.SysProcAttr.Setpgid = true
-	fdriver, err := e.startWith(ctx, fcmd, fport, "started successfully")
-	if err != nil {
-		return nil, fmt.Errorf("realbrowser: starting chromedriver for the bare ReverseProxy: %w", err)
-	}
-	procs, groups = append(procs, fdriver), append(groups, fdriver.pid())
 	rport, err := freePort()
 	if err != nil {
 		return nil, err
@@ -328,7 +327,7 @@ func (e *Env) RealBrowser(ctx context.Context, opt RealBrowserOptions) (r *Resul
 	// The hub's environment (WSBENCH_HUB_ENV), as the relay has it: a
 	// GOMAXPROCS tried on the hub is tried on its floor too.
 	rp, err := e.start(ctx, e.Self, nil, rport, "reverse proxy listening",
-		append(hubEnv(), fmt.Sprintf("%s=%d=127.0.0.1:%d", ReverseProxyEnv, rport, fport))...)
+		append(hubEnv(), fmt.Sprintf("%s=%d=%s", ReverseProxyEnv, rport, strings.TrimPrefix(fdriver.url, "http://")))...)
 	if err != nil {
 		return nil, fmt.Errorf("realbrowser: starting the bare ReverseProxy: %w", err)
 	}
