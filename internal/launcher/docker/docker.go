@@ -19,7 +19,6 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -33,7 +32,6 @@ import (
 	"github.com/websummoner/websummoner/internal/egress"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
-	"github.com/websummoner/websummoner/internal/metrics"
 )
 
 // Labels every container of this hub carries.
@@ -123,8 +121,7 @@ type Launcher struct {
 	engine Engine
 	log    *slog.Logger
 	client *http.Client
-	up     atomic.Bool
-	upErr  atomic.Value // string: why the engine is down
+	health *launcher.Health
 
 	mu        sync.Mutex
 	live      map[string]*instance // container id → instance
@@ -160,37 +157,20 @@ func New(opts Options, engine Engine, logger *slog.Logger, reg prometheus.Regist
 		creating:  map[string]bool{},
 		networks:  map[string]bool{},
 	}
-	l.upErr.Store("not checked yet")
-	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "websummoner_docker_up",
-		Help: "1 while the Docker Engine answers, 0 while it does not.",
-	}, func() float64 {
-		if l.up.Load() {
-			return 1
-		}
-		return 0
-	})
-	if err := metrics.Register(reg, up); err != nil {
+	var err error
+	l.health, err = launcher.NewHealth(launcher.HealthOptions{Engine: "Docker engine", Tag: "DOCKER", Metric: "websummoner_docker_up",
+		Advice: "check DOCKER_HOST and the daemon", OnHealth: opts.OnHealth}, logger, reg)
+	if err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
-// downErr is the start error while the engine does not answer.
-func (l *Launcher) downErr(b config.Resolved, err error) error {
-	why := l.upErr.Load().(string)
-	if err != nil {
-		why = err.Error()
-	}
-	return &launcher.StartError{Phase: launcher.PhaseStart, Browser: b.String(), Engine: true, Down: true, Err: err,
-		Msg: fmt.Sprintf("the Docker engine is unreachable (%s); new sessions fail until it answers again (check DOCKER_HOST and the daemon)", why)}
-}
-
 // Check fails fast, before a request takes a slot or queues, when the engine is
 // down or the image is missing. The hub never pulls an image by itself.
 func (l *Launcher) Check(ctx context.Context, b config.Resolved) error {
-	if !l.up.Load() {
-		return l.downErr(b, nil)
+	if !l.health.Up() {
+		return l.health.DownErr(b, nil)
 	}
 	_, err := l.inspectImage(ctx, b)
 	return err
@@ -203,7 +183,7 @@ func (l *Launcher) inspectImage(ctx context.Context, b config.Resolved) ([]nat.P
 		return nil, &launcher.StartError{Phase: launcher.PhaseImage, Browser: b.String(),
 			Msg: fmt.Sprintf("image %q is not on the Docker engine; build it or load it there (docker build / docker load) — the hub never pulls images", b.Image.Name)}
 	case client.IsErrConnectionFailed(err):
-		return nil, l.downErr(b, err)
+		return nil, l.health.DownErr(b, err)
 	case err != nil:
 		return nil, &launcher.StartError{Phase: launcher.PhaseImage, Browser: b.String(), Engine: true, Err: err,
 			Msg: fmt.Sprintf("cannot inspect image %q: %v", b.Image.Name, err)}
@@ -217,8 +197,8 @@ func (l *Launcher) inspectImage(ctx context.Context, b config.Resolved) ([]nat.P
 // Start creates and starts the container and waits until its driver answers.
 // Any failure on the way removes the container before returning.
 func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Instance, error) {
-	if !l.up.Load() {
-		return nil, l.downErr(r.Browser, nil)
+	if !l.health.Up() {
+		return nil, l.health.DownErr(r.Browser, nil)
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.opts.StartupTimeout)
 	defer cancel()
@@ -374,7 +354,7 @@ func (l *Launcher) startErr(ctx context.Context, b config.Resolved, phase, what 
 		return &launcher.StartError{Phase: phase, Browser: b.String(), Engine: true, Err: err,
 			Msg: fmt.Sprintf("%s took longer than -service-startup-timeout %v: %v", what, l.opts.StartupTimeout, err)}
 	case client.IsErrConnectionFailed(err):
-		return l.downErr(b, err)
+		return l.health.DownErr(b, err)
 	}
 	return &launcher.StartError{Phase: phase, Browser: b.String(), Engine: true, Err: err, Msg: fmt.Sprintf("%s: %v", what, err)}
 }

@@ -3,14 +3,11 @@ package docker
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
-
-	"github.com/websummoner/websummoner/internal/logtag"
 )
 
 // Run is Prepare, then Watch.
@@ -24,7 +21,7 @@ func (l *Launcher) Run(ctx context.Context) {
 // the engine's state known.
 func (l *Launcher) Prepare(ctx context.Context) {
 	l.checkHealth(ctx)
-	if l.up.Load() {
+	if l.health.Up() {
 		l.sweep(ctx, true)
 	}
 }
@@ -42,14 +39,14 @@ func (l *Launcher) Watch(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-health.C:
-			wasUp := l.up.Load()
+			wasUp := l.health.Up()
 			l.checkHealth(ctx)
-			if !wasUp && l.up.Load() {
+			if !wasUp && l.health.Up() {
 				l.reconcile(ctx)
 				l.sweep(ctx, false)
 			}
 		case <-sweep.C:
-			if l.up.Load() {
+			if l.health.Up() {
 				l.sweep(ctx, false)
 			}
 		}
@@ -57,36 +54,16 @@ func (l *Launcher) Watch(ctx context.Context) {
 }
 
 // Ready reports whether browsers can be started now.
-func (l *Launcher) Ready() (bool, string) {
-	if l.up.Load() {
-		return true, "Docker engine answers"
-	}
-	return false, "Docker engine unreachable: " + l.upErr.Load().(string)
-}
+func (l *Launcher) Ready() (bool, string) { return l.health.Ready() }
 
 func (l *Launcher) checkHealth(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	_, err := l.engine.Ping(pctx)
-	was := l.up.Load()
-	if err != nil {
-		l.upErr.Store(err.Error())
-		l.up.Store(false)
-		if was {
-			logtag.Event(l.log, slog.LevelWarn, "", "DOCKER_DOWN", err)
-		}
-		if l.opts.OnHealth != nil {
-			l.opts.OnHealth(false)
-		}
+	if _, err := l.engine.Ping(pctx); err != nil {
+		l.health.MarkDown(err)
 		return
 	}
-	l.up.Store(true)
-	if !was {
-		logtag.Event(l.log, slog.LevelInfo, "", "DOCKER_UP")
-	}
-	if l.opts.OnHealth != nil {
-		l.opts.OnHealth(true)
-	}
+	l.health.MarkUp()
 }
 
 // watchEvents turns container deaths into Exited, resubscribing when the engine

@@ -23,7 +23,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -38,7 +37,6 @@ import (
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
-	"github.com/websummoner/websummoner/internal/metrics"
 )
 
 // Labels every pod of this hub carries; the hub selects its pods by them.
@@ -106,8 +104,7 @@ type Launcher struct {
 	factory  informers.SharedInformerFactory
 	informer cache.SharedIndexInformer
 	hub      string // HubAddressesEnv's value
-	up       atomic.Bool
-	upErr    atomic.Value // string: why the API server is down
+	health   *launcher.Health
 
 	mu   sync.Mutex
 	pods map[string]*instance // pod name → instance, from before its creation until it is gone
@@ -141,7 +138,11 @@ func New(opts Options, client kubernetes.Interface, logger *slog.Logger, reg pro
 	}
 	l := &Launcher{opts: opts, client: client, log: logger, ready: opts.ReadyClient(),
 		hub: strings.Join(hub, ","), pods: map[string]*instance{}}
-	l.upErr.Store("not checked yet")
+	var err error
+	if l.health, err = launcher.NewHealth(launcher.HealthOptions{Engine: "Kubernetes API server", Tag: "KUBERNETES", Metric: "websummoner_kubernetes_up",
+		Advice: "check -kubeconfig and the cluster", OnHealth: opts.OnHealth}, logger, reg); err != nil {
+		return nil, err
+	}
 	l.factory = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(opts.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = l.selector() }))
 	l.informer = l.factory.Core().V1().Pods().Informer()
@@ -150,18 +151,6 @@ func New(opts Options, client kubernetes.Interface, logger *slog.Logger, reg pro
 		UpdateFunc: func(_, obj any) { l.observe(obj, false) },
 		DeleteFunc: func(obj any) { l.observe(obj, true) },
 	}); err != nil {
-		return nil, err
-	}
-	up := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "websummoner_kubernetes_up",
-		Help: "1 while the Kubernetes API server answers, 0 while it does not.",
-	}, func() float64 {
-		if l.up.Load() {
-			return 1
-		}
-		return 0
-	})
-	if err := metrics.Register(reg, up); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -188,22 +177,12 @@ func ownAddresses() ([]string, error) {
 	return out, nil
 }
 
-// downErr is the start error while the API server does not answer.
-func (l *Launcher) downErr(b config.Resolved, err error) error {
-	why := l.upErr.Load().(string)
-	if err != nil {
-		why = err.Error()
-	}
-	return &launcher.StartError{Phase: launcher.PhaseStart, Browser: b.String(), Engine: true, Down: true, Err: err,
-		Msg: fmt.Sprintf("the Kubernetes API server is unreachable (%s); new sessions fail until it answers again (check -kubeconfig and the cluster)", why)}
-}
-
 // Check fails fast, before a request takes a slot or queues, while the API
 // server is down. Whether a node has the image is known only once the pod is
 // scheduled: an image missing there fails the start.
 func (l *Launcher) Check(_ context.Context, b config.Resolved) error {
-	if !l.up.Load() {
-		return l.downErr(b, nil)
+	if !l.health.Up() {
+		return l.health.DownErr(b, nil)
 	}
 	return nil
 }
@@ -211,8 +190,8 @@ func (l *Launcher) Check(_ context.Context, b config.Resolved) error {
 // Start creates the pod and waits until it runs and its driver answers. Any
 // failure on the way deletes the pod before returning.
 func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Instance, error) {
-	if !l.up.Load() {
-		return nil, l.downErr(r.Browser, nil)
+	if !l.health.Up() {
+		return nil, l.health.DownErr(r.Browser, nil)
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.opts.StartupTimeout)
 	defer cancel()
@@ -414,8 +393,8 @@ func (l *Launcher) apiErr(ctx context.Context, b config.Resolved, what string, e
 		se.Engine = false
 		se.Msg = fmt.Sprintf("%s: the API server refused the pod made from %s (%v); fix that browsers.json entry", what, b, apiMessage(err))
 	case apierrors.IsServiceUnavailable(err), apierrors.IsServerTimeout(err), apierrors.IsTimeout(err), isConnErr(err):
-		l.markDown(err)
-		return l.downErr(b, err)
+		l.health.MarkDown(err)
+		return l.health.DownErr(b, err)
 	default:
 		se.Msg = fmt.Sprintf("%s: %v", what, err)
 	}

@@ -26,7 +26,7 @@ func (l *Launcher) Prepare(ctx context.Context) {
 	l.factory.Start(ctx.Done())
 	sctx, cancel := context.WithTimeout(ctx, syncTimeout)
 	defer cancel()
-	if cache.WaitForCacheSync(sctx.Done(), l.informer.HasSynced) && l.up.Load() {
+	if cache.WaitForCacheSync(sctx.Done(), l.informer.HasSynced) && l.health.Up() {
 		l.sweep(ctx, true)
 	}
 }
@@ -45,7 +45,7 @@ func (l *Launcher) Watch(ctx context.Context) {
 		case <-health.C:
 			l.checkHealth(ctx)
 		case <-sweep.C:
-			if l.up.Load() {
+			if l.health.Up() {
 				l.sweep(ctx, false)
 			}
 		}
@@ -53,12 +53,7 @@ func (l *Launcher) Watch(ctx context.Context) {
 }
 
 // Ready reports whether browsers can be started now.
-func (l *Launcher) Ready() (bool, string) {
-	if l.up.Load() {
-		return true, "Kubernetes API server answers"
-	}
-	return false, "Kubernetes API server unreachable: " + l.upErr.Load().(string)
-}
+func (l *Launcher) Ready() (bool, string) { return l.health.Ready() }
 
 // checkHealth asks the API server for one of this instance's pods: what the
 // hub may do (its Role covers pods only) and what it needs to work.
@@ -66,9 +61,8 @@ func (l *Launcher) checkHealth(ctx context.Context) {
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	_, err := l.client.CoreV1().Pods(l.opts.Namespace).List(pctx, metav1.ListOptions{LabelSelector: l.selector(), Limit: 1})
-	was := l.up.Load()
 	if err != nil && !apierrors.IsForbidden(err) {
-		l.markDown(err)
+		l.health.MarkDown(err)
 		return
 	}
 	if err != nil {
@@ -76,25 +70,7 @@ func (l *Launcher) checkHealth(ctx context.Context) {
 		// so; the start gate need not back off.
 		logtag.Event(l.log, slog.LevelWarn, "", "KUBERNETES_FORBIDDEN", err, "grant the hub's service account the Role of deploy/kubernetes/websummoner.yaml")
 	}
-	l.up.Store(true)
-	if !was {
-		logtag.Event(l.log, slog.LevelInfo, "", "KUBERNETES_UP", "namespace "+l.opts.Namespace)
-	}
-	if l.opts.OnHealth != nil {
-		l.opts.OnHealth(true)
-	}
-}
-
-// markDown records that the API server does not answer: new sessions are
-// answered 503 at once (Check) until the next health check finds it again.
-func (l *Launcher) markDown(err error) {
-	l.upErr.Store(err.Error())
-	if l.up.Swap(false) {
-		logtag.Event(l.log, slog.LevelWarn, "", "KUBERNETES_DOWN", err)
-	}
-	if l.opts.OnHealth != nil {
-		l.opts.OnHealth(false)
-	}
+	l.health.MarkUp("namespace " + l.opts.Namespace)
 }
 
 // observe hands a word of a pod from the informer to its instance.
