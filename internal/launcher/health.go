@@ -1,9 +1,11 @@
 package launcher
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -105,4 +107,31 @@ func (h *Health) DownErr(b config.Resolved, err error) error {
 	}
 	return &StartError{Phase: PhaseStart, Browser: b.String(), Engine: true, Down: true, Err: err,
 		Msg: fmt.Sprintf("the %s is unreachable (%s); new sessions fail until it answers again (%s)", h.opts.Engine, why, h.opts.Advice)}
+}
+
+// Tend runs a launcher's upkeep until ctx ends: check (which marks the
+// Health) every healthEvery, and sweep every sweepEvery while the engine
+// answers. recovered, if set, runs when a check finds the engine again after
+// one that did not.
+func (h *Health) Tend(ctx context.Context, healthEvery, sweepEvery time.Duration, check, sweep, recovered func(context.Context)) {
+	health := time.NewTicker(healthEvery)
+	sweeps := time.NewTicker(sweepEvery)
+	defer health.Stop()
+	defer sweeps.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-health.C:
+			was := h.Up()
+			check(ctx)
+			if !was && h.Up() && recovered != nil {
+				recovered(ctx)
+			}
+		case <-sweeps.C:
+			if h.Up() {
+				sweep(ctx)
+			}
+		}
+	}
 }

@@ -1,10 +1,13 @@
 package launcher
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -69,4 +72,43 @@ func TestHealth(t *testing.T) {
 	if _, err := NewHealth(HealthOptions{Engine: "Test engine", Metric: "websummoner_test_up"}, nil, reg); err == nil {
 		t.Fatal("a second gauge of the same name registered without an error")
 	}
+}
+
+// Tend checks at its interval and sweeps at its own only while the engine
+// answers; recovered runs once when a check finds the engine after a down
+// one, and not when it was up already; it returns when ctx ends.
+func TestHealthTend(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, err := NewHealth(HealthOptions{Engine: "Test engine", Metric: "websummoner_test_up"}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The engine answers from the 3rd check to the 5th, and from the 8th.
+		checks, sweeps, recoveries := 0, 0, 0
+		check := func(context.Context) {
+			checks++
+			if checks >= 3 && checks <= 5 || checks >= 8 {
+				h.MarkUp()
+			} else {
+				h.MarkDown(errors.New("down"))
+			}
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			h.Tend(ctx, time.Second, 700*time.Millisecond, check, func(context.Context) { sweeps++ }, func(context.Context) { recoveries++ })
+			close(done)
+		}()
+		// Checks each second; sweep ticks every 0.7 s, done only while up:
+		// from the 3rd check to the 6th (3.5, 4.2, 4.9, 5.6 s) and from the
+		// 8th (8.4, 9.1 s). The one tick that meets a check's (7 s) falls
+		// while the engine is down either way.
+		time.Sleep(9*time.Second + 750*time.Millisecond)
+		synctest.Wait()
+		if checks != 9 || sweeps != 6 || recoveries != 2 {
+			t.Fatalf("after 9.75 s: %d checks, %d sweeps, %d recoveries; want 9, 6, 2", checks, sweeps, recoveries)
+		}
+		cancel()
+		<-done
+	})
 }

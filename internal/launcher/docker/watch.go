@@ -30,27 +30,13 @@ func (l *Launcher) Prepare(ctx context.Context) {
 // until ctx ends.
 func (l *Launcher) Watch(ctx context.Context) {
 	go l.watchEvents(ctx)
-	health := time.NewTicker(l.opts.HealthInterval)
-	sweep := time.NewTicker(l.opts.SweepInterval)
-	defer health.Stop()
-	defer sweep.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-health.C:
-			wasUp := l.health.Up()
-			l.checkHealth(ctx)
-			if !wasUp && l.health.Up() {
-				l.reconcile(ctx)
-				l.sweep(ctx, false)
-			}
-		case <-sweep.C:
-			if l.health.Up() {
-				l.sweep(ctx, false)
-			}
-		}
-	}
+	l.health.Tend(ctx, l.opts.HealthInterval, l.opts.SweepInterval, l.checkHealth,
+		func(ctx context.Context) { l.sweep(ctx, false) },
+		func(ctx context.Context) {
+			// Deaths missed while the engine was away, then what they left.
+			l.reconcile(ctx)
+			l.sweep(ctx, false)
+		})
 }
 
 // Ready reports whether browsers can be started now.

@@ -34,22 +34,8 @@ func (l *Launcher) Prepare(ctx context.Context) {
 // Watch follows the API server's health and runs the periodic sweep until ctx
 // ends; the informer started by Prepare reports pods that end or go.
 func (l *Launcher) Watch(ctx context.Context) {
-	health := time.NewTicker(l.opts.HealthInterval)
-	sweep := time.NewTicker(l.opts.SweepInterval)
-	defer health.Stop()
-	defer sweep.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-health.C:
-			l.checkHealth(ctx)
-		case <-sweep.C:
-			if l.health.Up() {
-				l.sweep(ctx, false)
-			}
-		}
-	}
+	l.health.Tend(ctx, l.opts.HealthInterval, l.opts.SweepInterval, l.checkHealth,
+		func(ctx context.Context) { l.sweep(ctx, false) }, nil)
 }
 
 // Ready reports whether browsers can be started now.
