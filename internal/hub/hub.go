@@ -229,7 +229,7 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 		ErrorHandler: h.proxyError,
 		// FlushInterval stays 0: an answer of known length leaves in one
 		// write, headers and body together, when the handler returns. A
-		// negative interval flushed the headers apart from the body (a write
+		// negative interval would flush the headers apart from the body (a write
 		// and a client wake-up more per command, and a timer's goroutine);
 		// an answer of unknown length is flushed as it comes either way.
 		BufferPool: &bufferPool{},
