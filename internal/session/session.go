@@ -83,6 +83,7 @@ type Session struct {
 	endpoints launcher.Endpoints
 	inflight  int
 	lastDone  time.Time // when the last command finished (zero: none has)
+	added     time.Time // when Add registered it: the idle timeout's start until a command ends
 	idle      *time.Timer
 	life      *time.Timer
 	ended     chan struct{}
@@ -162,7 +163,8 @@ func (r *Registry) Add(s *Session, slot Releaser) error {
 	}
 	r.sessions[s.ID] = s
 	if s.Idle > 0 {
-		s.idle = time.AfterFunc(s.Idle, func() { r.End(s.ID, ReasonIdle) })
+		s.added = time.Now()
+		s.idle = time.AfterFunc(s.Idle, func() { r.idleCheck(s) })
 	}
 	if r.opts.MaxLifetime > 0 {
 		s.life = time.AfterFunc(r.opts.MaxLifetime, func() { r.End(s.ID, ReasonLifetime) })
@@ -186,7 +188,8 @@ func (r *Registry) Get(id string) (*Session, bool) {
 	return s, ok
 }
 
-// Begin looks a session up for a command and holds its idle timer until Done.
+// Begin looks a session up for a command and holds its idle timeout until
+// Done.
 func (r *Registry) Begin(id string) (*Session, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -195,9 +198,6 @@ func (r *Registry) Begin(id string) (*Session, bool) {
 		return nil, false
 	}
 	s.inflight++
-	if s.idle != nil {
-		s.idle.Stop()
-	}
 	return s, true
 }
 
@@ -208,9 +208,6 @@ func (r *Registry) Done(s *Session) {
 	s.inflight--
 	if s.inflight == 0 {
 		s.lastDone = time.Now()
-	}
-	if s.inflight == 0 && s.idle != nil && r.sessions[s.ID] == s {
-		s.idle.Reset(s.Idle)
 	}
 }
 
@@ -224,9 +221,35 @@ func (r *Registry) Touch(s *Session) {
 		return
 	}
 	s.lastDone = time.Now()
-	if s.idle != nil {
-		s.idle.Reset(s.Idle)
-	}
+}
+
+// idleCheck runs when a session's idle timer fires. Commands do not move the
+// timer: Begin and Done only count and note the time, since a timer stopped
+// and reset around every command costs the Go runtime a thread wake-up on
+// many of them. So the timer, when it fires, ends the session only if it has
+// been idle a whole timeout, and otherwise sets itself for the rest: the end
+// comes exactly Idle after the last command (or touch) ended, as if the timer
+// had been reset each time. The check and the end are one step under the
+// registry's lock, so a command that has begun is never cut off by it.
+func (r *Registry) idleCheck(s *Session) {
+	r.endThen(s.ID, ReasonIdle, nil, func(found *Session) bool {
+		if found != s {
+			return false
+		}
+		wait := s.Idle // a command is running: look again a whole timeout on
+		if s.inflight == 0 {
+			last := s.lastDone
+			if last.IsZero() {
+				last = s.added
+			}
+			wait = s.Idle - time.Since(last)
+		}
+		if wait > 0 {
+			s.idle.Reset(wait)
+			return false
+		}
+		return true
+	})
 }
 
 // End ends a live session for reason: it stops the browser, releases the slot,
@@ -238,9 +261,15 @@ func (r *Registry) End(id, reason string) bool { return r.EndThen(id, reason, ni
 // stopped: DELETE answers its client there, so the teardown that follows costs
 // the client nothing, while the slot stays held until the teardown is done.
 func (r *Registry) EndThen(id, reason string, removed func()) bool {
+	return r.endThen(id, reason, removed, nil)
+}
+
+// endThen is EndThen for a session that still (if not nil) says, under the
+// registry's lock, is to end.
+func (r *Registry) endThen(id, reason string, removed func(), still func(*Session) bool) bool {
 	r.mu.Lock()
 	s, ok := r.sessions[id]
-	if !ok {
+	if !ok || still != nil && !still(s) {
 		r.mu.Unlock()
 		return false
 	}
