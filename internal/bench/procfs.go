@@ -54,28 +54,36 @@ func ownCPU(pid int) (float64, error) {
 	return parseStatCPU(string(b))
 }
 
-// parseSchedstat is the time a thread has run, in ns: the first of
-// /proc/PID/task/TID/schedstat's three fields, counted by the scheduler
-// exactly rather than in ticks.
-func parseSchedstat(s string) (uint64, error) {
+// threadStat is what the scheduler counted of a thread, exactly rather than
+// in ticks: the time it has run (ns), and how many times it was put on a CPU
+// (each a wake-up or a preemption's return: a thread's cost beyond its work).
+type threadStat struct{ run, runs uint64 }
+
+// parseSchedstat reads /proc/PID/task/TID/schedstat: the run time (ns), the
+// time spent waiting to run, and the count of times the thread was run.
+func parseSchedstat(s string) (threadStat, error) {
 	f := strings.Fields(s)
 	if len(f) != 3 {
-		return 0, fmt.Errorf("schedstat %.80q: want three fields", s)
+		return threadStat{}, fmt.Errorf("schedstat %.80q: want three fields", s)
 	}
 	v, err := strconv.ParseUint(f[0], 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("schedstat %.80q: run time %q is not a count of ns", s, f[0])
+		return threadStat{}, fmt.Errorf("schedstat %.80q: run time %q is not a count of ns", s, f[0])
 	}
-	return v, nil
+	n, err := strconv.ParseUint(f[2], 10, 64)
+	if err != nil {
+		return threadStat{}, fmt.Errorf("schedstat %.80q: runs %q is not a count", s, f[2])
+	}
+	return threadStat{run: v, runs: n}, nil
 }
 
-// threadsRuntime is each thread's run time (ns) of a process, by thread id.
-func threadsRuntime(pid int) (map[int]uint64, error) {
+// threadsRuntime is each thread's schedstat of a process, by thread id.
+func threadsRuntime(pid int) (map[int]threadStat, error) {
 	files, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
 	if err != nil || len(files) == 0 {
 		return nil, fmt.Errorf("no /proc/%d/task/*/schedstat (has it exited, or has the kernel no schedstats?)", pid)
 	}
-	out := map[int]uint64{}
+	out := map[int]threadStat{}
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -91,18 +99,19 @@ func threadsRuntime(pid int) (map[int]uint64, error) {
 	return out, nil
 }
 
-// runtimeSince is the run time the threads in after gained since before: a
-// thread new since then counts from zero. A thread that ended in between is
-// missing from after and its last run is lost, so this undercounts by that
-// much (a Go process ends threads rarely).
-func runtimeSince(before, after map[int]uint64) uint64 {
-	var t uint64
+// runtimeSince is the run time and runs the threads in after gained since
+// before: a thread new since then counts from zero. A thread that ended in
+// between is missing from after and its last run is lost, so this
+// undercounts by that much (a Go process ends threads rarely).
+func runtimeSince(before, after map[int]threadStat) threadStat {
+	var t threadStat
 	for tid, a := range after {
 		b := before[tid]
-		if a < b { // the id was reused by a new thread
-			b = 0
+		if a.run < b.run || a.runs < b.runs { // the id was reused by a new thread
+			b = threadStat{}
 		}
-		t += a - b
+		t.run += a.run - b.run
+		t.runs += a.runs - b.runs
 	}
 	return t
 }

@@ -107,6 +107,10 @@ type rbPath struct {
 	// second exactly. -1: no process in between.
 	cpu     float64
 	schedNs float64
+	// runs is how many times the process's threads were put on a CPU over
+	// the measured rounds (schedstat; -1: no process in between): the
+	// wake-ups that, more than the work, make a proxy's CPU per command.
+	runs float64
 	// idleNsPerS is the process's own CPU while no command ran, ns a
 	// second (exact).
 	idleNsPerS float64
@@ -114,7 +118,7 @@ type rbPath struct {
 
 func newTarget(name, base string, pid int) *rbTarget {
 	t := &rbTarget{name: name, base: base, pid: pid}
-	t.rbPath = rbPath{name: name, run: true, byKind: map[string][]time.Duration{}, cpu: -1, schedNs: -1}
+	t.rbPath = rbPath{name: name, run: true, byKind: map[string][]time.Duration{}, cpu: -1, schedNs: -1, runs: -1}
 	d := &net.Dialer{Timeout: 10 * time.Second}
 	t.c = &http.Client{Transport: &http.Transport{
 		// One connection, kept alive: every command after the first rides
@@ -350,7 +354,7 @@ func (e *Env) RealBrowser(ctx context.Context, opt RealBrowserOptions) (r *Resul
 	hubT := newTarget("hub", hub.url+"/wd/hub", hub.pid())
 	targets = append(targets, hubT)
 
-	sel := &rbTarget{rbPath: rbPath{name: "Selenoid", cpu: -1, schedNs: -1}}
+	sel := &rbTarget{rbPath: rbPath{name: "Selenoid", cpu: -1, schedNs: -1, runs: -1}}
 	if opt.Selenoid != "" {
 		s, err := e.startSelenoid(ctx, opt.Selenoid, chromedriver, tmp)
 		if err != nil {
@@ -389,7 +393,7 @@ func (e *Env) RealBrowser(ctx context.Context, opt RealBrowserOptions) (r *Resul
 	}
 	type cpuAt struct {
 		stat    float64
-		threads map[int]uint64
+		threads map[int]threadStat
 	}
 	read := func() (map[*rbTarget]cpuAt, error) {
 		m := map[*rbTarget]cpuAt{}
@@ -450,8 +454,9 @@ func (e *Env) RealBrowser(ctx context.Context, opt RealBrowserOptions) (r *Resul
 		}
 		if b, ok := before[t]; ok {
 			t.cpu = after[t].stat - b.stat
-			t.schedNs = float64(runtimeSince(b.threads, after[t].threads))
-			t.idleNsPerS = float64(runtimeSince(after[t].threads, idle[t].threads)) / idleFor.Seconds()
+			d := runtimeSince(b.threads, after[t].threads)
+			t.schedNs, t.runs = float64(d.run), float64(d.runs)
+			t.idleNsPerS = float64(runtimeSince(after[t].threads, idle[t].threads).run) / idleFor.Seconds()
 		}
 	}
 	paths := []rbPath{directT.rbPath, hubT.rbPath, sel.rbPath, floor.rbPath}
@@ -518,7 +523,7 @@ var rbKeys = map[string]string{"chromedriver, direct": "direct", rbFloor: "rever
 // and own CPU.
 func realBrowserResult(paths []rbPath, perTarget int) *Result {
 	direct, hub, sel := paths[0], paths[1], paths[2]
-	floor := rbPath{name: rbFloor, cpu: -1, schedNs: -1}
+	floor := rbPath{name: rbFloor, cpu: -1, schedNs: -1, runs: -1}
 	if len(paths) > 3 {
 		floor = paths[3]
 	}
@@ -529,7 +534,7 @@ func realBrowserResult(paths []rbPath, perTarget int) *Result {
 	p50 := func(p rbPath) float64 { return float64(percentile(p.lat, 50)) / 1e6 }
 	p99 := func(p rbPath) float64 { return float64(percentile(p.lat, 99)) / 1e6 }
 	perCmd := func(p rbPath, sec float64) float64 { return sec / float64(max(len(p.lat), 1)) * 1e6 }
-	var kinds, idle []string
+	var kinds, idle, runs []string
 	for _, p := range []rbPath{direct, floor, hub, sel} {
 		key := rbKeys[p.name]
 		if !p.run {
@@ -541,6 +546,10 @@ func realBrowserResult(paths []rbPath, perTarget int) *Result {
 			r.Figures[key+"_cpu_us_per_cmd"] = perCmd(p, p.cpu)
 			r.Figures[key+"_sched_cpu_us_per_cmd"] = perCmd(p, p.schedNs/1e9)
 			r.Figures[key+"_idle_cpu_ms_per_s"] = p.idleNsPerS / 1e6
+			if p.runs >= 0 {
+				r.Figures[key+"_thread_runs_per_cmd"] = p.runs / float64(max(len(p.lat), 1))
+				runs = append(runs, fmt.Sprintf("%s %.1f", p.name, r.Figures[key+"_thread_runs_per_cmd"]))
+			}
 			idle = append(idle, fmt.Sprintf("%s %.2f", p.name, p.idleNsPerS/1e6))
 		}
 		var ks []string
@@ -587,13 +596,19 @@ func realBrowserResult(paths []rbPath, perTarget int) *Result {
 			r.Figures["hub_over_reverseproxy_p50"], r.Figures["hub_over_reverseproxy_cpu"], p50(floor)/p50(direct)))
 	}
 	r.Notes = append(r.Notes, "own CPU ms a second while no command ran (exact): "+strings.Join(idle, "; "))
+	if len(runs) > 0 {
+		// Each is a thread woken (or preempted and resumed): with two or more
+		// CPUs, Go's scheduler wakes a spare thread for nearly every goroutine
+		// hand-off, and these, not the proxies' work, are most of their CPU.
+		r.Notes = append(r.Notes, "times a thread of the process was put on a CPU, per command (schedstat): "+strings.Join(runs, "; "))
+	}
 	r.Notes = append(r.Notes, "p50 ms per command (findElement / title / executeScript / currentUrl): "+strings.Join(kinds, "; "))
 	r.Notes = append(r.Notes, fmt.Sprintf("each target: one headless Chromium session through the same chromedriver, one keep-alive connection, %d commands in %d interleaved rounds (order rotated), after 2 unmeasured rounds", perTarget, perTarget/len(rbCommands)))
 	return r
 }
 
 // realBrowserHeader is the realbrowser table's header.
-var realBrowserHeader = []string{"path", "commands", "p50 ms", "p99 ms", "p50 / direct", "own CPU µs/command (ticks; exact)"}
+var realBrowserHeader = []string{"path", "commands", "p50 ms", "p99 ms", "p50 / direct", "own CPU µs/command (ticks; exact)", "thread runs/command"}
 
 // realBrowserRows is the realbrowser table, from the result's figures alone
 // (so that results.jsonl holds all it needs): a path without figures reads
@@ -604,13 +619,16 @@ func realBrowserRows(f map[string]float64) [][]string {
 		p := struct{ name, key string }{name, rbKeys[name]}
 		n, ok := f[p.key+"_commands"]
 		if !ok {
-			rows = append(rows, []string{p.name, "not run", "not run", "not run", "not run", "not run"})
+			rows = append(rows, []string{p.name, "not run", "not run", "not run", "not run", "not run", "not run"})
 			continue
 		}
 		row := []string{p.name, fmt.Sprintf("%.0f", n), fmt.Sprintf("%.3f", f[p.key+"_p50_ms"]), fmt.Sprintf("%.3f", f[p.key+"_p99_ms"]),
-			fmt.Sprintf("%.3f", f[p.key+"_p50_ms"]/f["direct_p50_ms"]), "— (none between)"}
+			fmt.Sprintf("%.3f", f[p.key+"_p50_ms"]/f["direct_p50_ms"]), "— (none between)", "—"}
 		if cpu, ok := f[p.key+"_cpu_us_per_cmd"]; ok {
 			row[5] = fmt.Sprintf("%.0f (exact %.0f)", cpu, f[p.key+"_sched_cpu_us_per_cmd"])
+		}
+		if runs, ok := f[p.key+"_thread_runs_per_cmd"]; ok {
+			row[6] = fmt.Sprintf("%.1f", runs)
 		}
 		rows = append(rows, row)
 	}

@@ -50,7 +50,7 @@ func TestOwnCPUOfThisProcess(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if runtimeSince(th0, th) >= uint64(50*time.Millisecond) {
+		if runtimeSince(th0, th).run >= uint64(50*time.Millisecond) {
 			break
 		}
 	}
@@ -68,10 +68,10 @@ func TestOwnCPUOfThisProcess(t *testing.T) {
 
 func TestParseSchedstat(t *testing.T) {
 	v, err := parseSchedstat("123456789 2000 17\n")
-	if err != nil || v != 123456789 {
-		t.Fatalf("parseSchedstat = %d, %v; want 123456789", v, err)
+	if err != nil || v != (threadStat{run: 123456789, runs: 17}) {
+		t.Fatalf("parseSchedstat = %+v, %v; want run 123456789, runs 17", v, err)
 	}
-	for _, bad := range []string{"", "1 2", "x 2 3"} {
+	for _, bad := range []string{"", "1 2", "x 2 3", "1 2 x"} {
 		if _, err := parseSchedstat(bad); err == nil {
 			t.Errorf("parseSchedstat(%q) gave no error", bad)
 		}
@@ -81,10 +81,10 @@ func TestParseSchedstat(t *testing.T) {
 // A thread new since the first reading counts in full, one gone is not
 // counted (lost, not negative), and a reused id that went down counts from 0.
 func TestRuntimeSince(t *testing.T) {
-	before := map[int]uint64{1: 100, 2: 50, 3: 900}
-	after := map[int]uint64{1: 160, 3: 40, 4: 25}
-	if got, want := runtimeSince(before, after), uint64(60+40+25); got != want {
-		t.Fatalf("runtimeSince = %d, want %d", got, want)
+	before := map[int]threadStat{1: {100, 10}, 2: {50, 5}, 3: {900, 90}}
+	after := map[int]threadStat{1: {160, 13}, 3: {40, 4}, 4: {25, 2}}
+	if got, want := runtimeSince(before, after), (threadStat{60 + 40 + 25, 3 + 4 + 2}); got != want {
+		t.Fatalf("runtimeSince = %+v, want %+v", got, want)
 	}
 }
 
@@ -207,7 +207,7 @@ func TestRealBrowserResultWithoutSelenoid(t *testing.T) {
 func TestRealBrowserResultFloor(t *testing.T) {
 	paths := rbPaths(10, 10.4, 10.6, 0.30, 0.50, 0.31, 0.52)
 	floor := rbLats(time.Duration(10.25*1e6), 400)
-	floor.name, floor.cpu, floor.schedNs = rbFloor, 0.25, 0.248e9
+	floor.name, floor.cpu, floor.schedNs, floor.runs = rbFloor, 0.25, 0.248e9, 4000
 	r := realBrowserResult(append(paths, floor), 400)
 	if len(r.Targets) != 3 {
 		t.Fatalf("targets %+v: the floor added or took away a target", r.Targets)
@@ -216,8 +216,8 @@ func TestRealBrowserResultFloor(t *testing.T) {
 	if math.Abs(f["hub_over_reverseproxy_p50"]-10.4/10.25) > 1e-9 || math.Abs(f["hub_over_reverseproxy_cpu"]-0.31/0.248) > 1e-9 || f["reverseproxy_p50_ms"] != 10.25 {
 		t.Fatalf("figures %v: want hub/floor p50 %.4f, CPU %.4f, floor p50 10.25", f, 10.4/10.25, 0.31/0.248)
 	}
-	if got := r.Rows[1]; got[0] != rbFloor || got[2] != "10.250" || got[5] != "625 (exact 620)" {
-		t.Fatalf("second row %q: want the floor's, p50 10.250, CPU 625 (exact 620)", got)
+	if got := r.Rows[1]; got[0] != rbFloor || got[2] != "10.250" || got[5] != "625 (exact 620)" || got[6] != "10.0" {
+		t.Fatalf("second row %q: want the floor's, p50 10.250, CPU 625 (exact 620), 10.0 thread runs a command", got)
 	}
 	if !strings.Contains(strings.Join(r.Notes, "\n"), "bare httputil.ReverseProxy") {
 		t.Fatalf("notes %q do not give the hub over the floor", r.Notes)
