@@ -224,9 +224,9 @@ func (r *Registry) Touch(s *Session) {
 }
 
 // idleCheck runs when a session's idle timer fires. Commands do not move the
-// timer: Begin and Done only count and note the time, since a timer stopped
-// and reset around every command costs the Go runtime a thread wake-up on
-// many of them. So the timer, when it fires, ends the session only if it has
+// timer: Begin and Done only count and note the time, keeping timer-heap
+// work (which may wake one of the runtime's threads) off the command path.
+// So the timer, when it fires, ends the session only if it has
 // been idle a whole timeout, and otherwise sets itself for the rest: the end
 // comes exactly Idle after the last command (or touch) ended, as if the timer
 // had been reset each time. The check and the end are one step under the
