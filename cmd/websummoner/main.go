@@ -169,6 +169,15 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.DurationVar(&c.queue.CongestionTimeout, "queue-congestion-timeout", 0, "Saturated wait budget, used as given (default -queue-timeout/10, at least 1s; 0 = refuse at once when saturated)")
 	fs.BoolVar(&c.queue.Disabled, "disable-queue", false, "Refuse new sessions at once when all slots are busy instead of queueing")
 	fs.IntVar(&c.queue.MaxWaiting, "queue-max", 0, "Most requests that may wait at once; more are refused with 429 (0 = unbounded)")
+	c.queue.MaxWaitingBytes = queue.DefaultMaxWaitingBytes
+	fs.Func("queue-max-bytes", "Most capabilities' bytes the waiting requests may hold together, e.g. 512m or 4g; one that would pass it is refused with 429, unless it is the only one waiting (default 1g; 0 = unbounded)", func(v string) error {
+		n, err := docker.ParseSize(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("-queue-max-bytes must be 0 (unbounded) or a size such as 512m or 4g (got %q)", v)
+		}
+		c.queue.MaxWaitingBytes = n
+		return nil
+	})
 	fs.Var(capacity.ModeFlag{O: &c.gate}, "start-gate", "Concurrent browser starts: \"adaptive\" (driven by start outcomes, latency and engine health, up to -limit), a fixed number, or \"off\" (every admitted request starts at once, as Selenoid)")
 
 	fs.DurationVar(&c.hub.IdleTimeout, "timeout", 60*time.Second, "Session idle timeout: a session with no command for this long ends (0 = never)")

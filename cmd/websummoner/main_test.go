@@ -33,6 +33,7 @@ func TestInvalidFlagsStopStartUp(t *testing.T) {
 		{[]string{"-queue-congestion-timeout", "5s"}, "-queue-congestion-timeout 5s needs -queue-timeout"},
 		{[]string{"-queue-timeout", "1m", "-queue-congestion-timeout", "-2s"}, "-queue-congestion-timeout must be 0"},
 		{[]string{"-queue-max", "-1"}, "-queue-max must be 0"},
+		{[]string{"-queue-max-bytes", "lots"}, "-queue-max-bytes must be 0 (unbounded) or a size"},
 		{[]string{"-timeout", "-1s"}, "-timeout must be 0 or a positive duration"},
 		{[]string{"-max-timeout", "-1s"}, "-max-timeout must be 0 or a positive duration"},
 		{[]string{"-session-attempt-timeout", "-1s"}, "-session-attempt-timeout must be"},

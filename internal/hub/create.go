@@ -65,7 +65,10 @@ type creation struct {
 	cancel context.CancelFunc
 	unhook func() bool
 
-	w3c      bool                  // the client speaks W3C (else JSONWire)
+	w3c bool // the client speaks W3C (else JSONWire)
+	// bytes is the body's length: what the capabilities it keeps while it
+	// waits weigh against -queue-max-bytes.
+	bytes    int64
 	cands    []webdriver.Candidate // until resolve has chosen one
 	asked    string                // the chosen candidate's version, as asked
 	opts     webdriver.Options     // the chosen candidate's vendor options
@@ -176,7 +179,7 @@ func (h *Hub) parse(c *creation) error {
 	if err != nil {
 		return err
 	}
-	c.w3c = ns.W3C
+	c.w3c, c.bytes = ns.W3C, int64(len(body))
 	c.cands, err = ns.Candidates()
 	return err
 }
@@ -258,7 +261,7 @@ func (h *Hub) admit(c *creation) error {
 		// request queues, so even a no-wait request waits for it.
 		h.pool.Evict(c.id)
 	}
-	slot, out, waiting := h.queue.Enqueue(c.ctx, queue.Request{ID: c.id, NoWait: NoWait(c.r.Header), Cost: cost, Tenant: c.tenant})
+	slot, out, waiting := h.queue.Enqueue(c.ctx, queue.Request{ID: c.id, NoWait: NoWait(c.r.Header), Cost: cost, Tenant: c.tenant, Bytes: c.bytes})
 	if waiting != nil {
 		if h.detach(c) {
 			waiting.Notify(func(slot *queue.Slot, out queue.Outcome) { h.resume(c, slot, out) })

@@ -105,6 +105,17 @@ func createErrorCases() []createErrorCase {
 				synctest.Wait()
 			}, body: chrome,
 			status: 429, code: "session not created", msg: "-queue-max", retry: true, tag: "QUEUE_FULL"},
+		{name: "the waiters' capabilities with this request's pass -queue-max-bytes", phase: phaseAdmit,
+			queue: queue.Options{Limit: 1, Timeout: time.Minute, MaxWaitingBytes: int64(len(chrome)) + 1},
+			prep: func(t *testing.T, f *fixture) {
+				holdSlot(t, f)
+				go f.do("POST", "/session", chrome) // waits its minute out, holding len(chrome) bytes
+				synctest.Wait()
+				if got := f.q.Stats().WaitingBytes; got != int64(len(chrome)) {
+					t.Fatalf("the waiter holds %d bytes, want its body's %d", got, len(chrome))
+				}
+			}, body: chrome,
+			status: 429, code: "session not created", msg: "-queue-max-bytes", retry: true, tag: "QUEUE_FULL"},
 		{name: "the tenant's maxQueued requests already wait", phase: phaseAdmit,
 			queue: queue.Options{Limit: 1, Timeout: time.Minute, Quotas: func() *queue.Quotas { q, _ := queue.ParseQuotas([]byte(`{"*": {"maxQueued": 1}}`)); return q }()},
 			prep: func(t *testing.T, f *fixture) {

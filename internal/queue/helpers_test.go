@@ -92,11 +92,16 @@ func (p *pending) finished() bool {
 // acquire starts an Acquire in its own goroutine and returns once it has either
 // finished or blocked in the queue.
 func (h *harness) acquire(id string, noWait bool) *pending {
+	return h.acquireReq(Request{ID: id, NoWait: noWait})
+}
+
+// acquireReq is acquire of any request.
+func (h *harness) acquireReq(r Request) *pending {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pending{done: make(chan struct{}), cancel: cancel}
 	go func() {
 		defer close(p.done)
-		p.slot, p.out = h.q.Acquire(ctx, Request{ID: id, NoWait: noWait})
+		p.slot, p.out = h.q.Acquire(ctx, r)
 	}()
 	synctest.Wait()
 	return p

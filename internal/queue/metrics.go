@@ -18,7 +18,7 @@ func newMetrics(q *Queue, reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "websummoner_queue_rejected_total",
-			Help: "New-session requests refused by the queue, by reason: no_wait (client opted out, usually ggr), timeout (slow grid, consider raising -limit), shed (saturated grid, needs capacity), disabled (-disable-queue), shutdown (the hub is draining), full (-queue-max reached), quota (the tenant's maxQueued in -quotas reached).",
+			Help: "New-session requests refused by the queue, by reason: no_wait (client opted out, usually ggr), timeout (slow grid, consider raising -limit), shed (saturated grid, needs capacity), disabled (-disable-queue), shutdown (the hub is draining), full (-queue-max or -queue-max-bytes reached), quota (the tenant's maxQueued in -quotas reached).",
 		}, []string{"reason"}),
 		wait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "websummoner_queue_wait_seconds",
@@ -45,6 +45,10 @@ func newMetrics(q *Queue, reg prometheus.Registerer) (*metrics, error) {
 			Name: "websummoner_queue_waiting",
 			Help: "New-session requests waiting for a slot.",
 		}, func() float64 { return float64(q.Stats().Waiting) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "websummoner_queue_waiting_bytes",
+			Help: "Bytes of capabilities the waiting requests hold; bounded by -queue-max-bytes.",
+		}, func() float64 { return float64(q.Stats().WaitingBytes) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "websummoner_queue_slots_in_use",
 			Help: "Slots held by sessions and session starts.",

@@ -13,6 +13,12 @@ const DefaultLimit = 5
 // is a typo, not a grid.
 const MaxLimit = 10_000
 
+// DefaultMaxWaitingBytes is -queue-max-bytes' default. Waiting requests hold
+// their capabilities, up to 32 MiB each with base64 extensions: a gibibyte lets
+// hundreds of extension-carrying requests wait, and stops a flood of large
+// bodies from exhausting the hub's memory while the queue itself is unbounded.
+const DefaultMaxWaitingBytes = 1 << 30
+
 // DefaultRetryAfterMax bounds the Retry-After draw while -queue-timeout is unset:
 // a no-wait refusal still needs a spread-out hint, and a minute keeps a rejected
 // ggr pass short without putting every client on the same second.
@@ -37,6 +43,10 @@ type Options struct {
 	// MaxWaiting is -queue-max: more waiting requests than this are refused at
 	// once (ReasonFull). Zero means unbounded.
 	MaxWaiting int
+	// MaxWaitingBytes is -queue-max-bytes: a request is refused at once
+	// (ReasonFull) when the waiters' Request.Bytes with its own would pass
+	// it, unless no request waits. Zero means unbounded.
+	MaxWaitingBytes int64
 	// Gate, if set, must also permit a browser start for a request to be admitted.
 	Gate Gate
 	// Quotas share the slots between tenants (-quotas; SetQuotas replaces
@@ -65,6 +75,9 @@ func (o Options) Resolve() (Options, error) {
 	}
 	if o.MaxWaiting < 0 {
 		return o, fmt.Errorf("-queue-max must be 0 (unbounded) or a positive number of waiting requests (got %d)", o.MaxWaiting)
+	}
+	if o.MaxWaitingBytes < 0 {
+		return o, fmt.Errorf("-queue-max-bytes must be 0 (unbounded) or a positive size such as 1g (got %d)", o.MaxWaitingBytes)
 	}
 	if o.Timeout < 0 {
 		return o, fmt.Errorf("-queue-timeout must be 0 (unset: wait until the client gives up) or a positive duration such as 5m (got %v)", o.Timeout)

@@ -109,6 +109,9 @@ type Request struct {
 	// Tenant is who the request is for (its user under -htpasswd): slots are
 	// shared between tenants by their quotas' weights. "" is everyone.
 	Tenant string
+	// Bytes is what the request holds in memory while it waits (its
+	// capabilities), counted against Options.MaxWaitingBytes.
+	Bytes int64
 }
 
 func (r Request) cost() int { return max(r.Cost, 1) }
@@ -141,6 +144,9 @@ type Outcome struct {
 	// ReasonQuota message.
 	tenant string
 	quota  int
+	// held is what the waiters held when a ReasonFull refusal was for
+	// -queue-max-bytes (0: it was for -queue-max).
+	held, bytes int64
 }
 
 // Message explains a refusal to the client: which budget ran out, how long the
@@ -160,6 +166,9 @@ func (o Outcome) Message() string {
 	case ReasonCancelled:
 		return "the client went away while waiting for a slot"
 	case ReasonFull:
+		if o.held > 0 {
+			return fmt.Sprintf("all %d slots (-limit) are busy and the requests already waiting hold %s of capabilities: with this one's %s that is over -queue-max-bytes (%s); retry later, raise -queue-max-bytes, or send smaller capabilities (browser extensions are the large part)", o.limit, sizeString(o.held), sizeString(o.bytes), sizeString(o.opts.MaxWaitingBytes))
+		}
 		return fmt.Sprintf("all %d slots (-limit) are busy and %d requests already wait (-queue-max); retry later or raise -queue-max", o.limit, o.opts.MaxWaiting)
 	case ReasonClosed:
 		return "the hub is shutting down and admits no new sessions; retry on another hub or after the restart"
@@ -245,12 +254,14 @@ type Queue struct {
 	// releasing counts slots whose session has ended and whose browser is
 	// being torn down (Slot.Releasing): soon free.
 	releasing int
-	waiters   list.List         // of *waiter, oldest first
-	lastFast  time.Time         // time of the last fast admission; idle = now - lastFast
-	rejected  map[Reason]uint64 // refusals so far, by reason (Rejected)
-	tenants   map[string]*tenant
-	backlog   []*tenant // the tenants with waiters: a hand-off looks at these alone
-	quotas    *Quotas
+	waiters   list.List // of *waiter, oldest first
+	// waitingBytes is the sum of the waiters' Request.Bytes.
+	waitingBytes int64
+	lastFast     time.Time         // time of the last fast admission; idle = now - lastFast
+	rejected     map[Reason]uint64 // refusals so far, by reason (Rejected)
+	tenants      map[string]*tenant
+	backlog      []*tenant // the tenants with waiters: a hand-off looks at these alone
+	quotas       *Quotas
 }
 
 // New returns a queue. Options are resolved here, so raw flag values may be passed.
@@ -405,6 +416,12 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 	if q.opts.MaxWaiting > 0 && q.waiters.Len() >= q.opts.MaxWaiting {
 		return nil, q.refuseLocked(r, out, ReasonFull), nil
 	}
+	// The first waiter always may wait, however large: the bound is on what
+	// many requests hold together, and one alone is bounded by its body's limit.
+	if mb := q.opts.MaxWaitingBytes; mb > 0 && q.waiters.Len() > 0 && q.waitingBytes+r.Bytes > mb {
+		out.held, out.bytes = max(q.waitingBytes, 1), r.Bytes
+		return nil, q.refuseLocked(r, out, ReasonFull), nil
+	}
 	if out.State == Saturated {
 		out.Budget = q.opts.SaturatedBudget
 		if out.Budget == 0 {
@@ -480,6 +497,7 @@ func (q *Queue) queueLocked(ctx context.Context, r Request, now time.Time, out O
 	}
 	w.elem = q.waiters.PushBack(w)
 	w.telem = w.tenant.waiters.PushBack(w)
+	q.waitingBytes += r.Bytes
 	if q.inUse < q.opts.Limit {
 		// A slot is free but the waiters ahead may not take it (their
 		// tenants are at maxSessions, or the gate holds them): this one may.
@@ -601,6 +619,7 @@ func (q *Queue) removeLocked(w *waiter) {
 	if w.elem != nil {
 		q.waiters.Remove(w.elem)
 		w.elem = nil
+		q.waitingBytes -= w.req.Bytes
 	}
 	if w.telem != nil {
 		w.tenant.waiters.Remove(w.telem)
@@ -690,6 +709,8 @@ type Stats struct {
 	InUse int
 	// Waiting is the number of queued requests.
 	Waiting int
+	// WaitingBytes is what they hold (the sum of their Request.Bytes).
+	WaitingBytes int64
 	// Idle is the time since the last fast admission.
 	Idle time.Duration
 	// OldestWait is how long the oldest waiter has waited; 0 with none.
@@ -715,13 +736,26 @@ func (q *Queue) Stats() Stats {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := time.Now()
-	s := Stats{Limit: q.opts.Limit, InUse: q.inUse, Waiting: q.waiters.Len(), Idle: now.Sub(q.lastFast)}
+	s := Stats{Limit: q.opts.Limit, InUse: q.inUse, Waiting: q.waiters.Len(), WaitingBytes: q.waitingBytes, Idle: now.Sub(q.lastFast)}
 	if e := q.waiters.Front(); e != nil {
 		s.OldestWait = now.Sub(e.Value.(*waiter).queued)
 	}
 	full := q.inUse >= q.opts.Limit || s.Waiting > 0 || (q.opts.Gate != nil && !q.opts.Gate.CanStart(1))
 	s.Congested = full && !q.opts.Disabled && q.stateAt(s.Idle) == Saturated
 	return s
+}
+
+// sizeString writes n bytes as people read them: 512 bytes, 1.5 MiB, 4.0 GiB.
+func sizeString(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 func budgetString(d time.Duration) string {

@@ -561,6 +561,57 @@ func TestQueueMax(t *testing.T) {
 	})
 }
 
+// -queue-max-bytes bounds what the waiters hold together; the first waiter
+// waits however large it is, and what leaves the queue by any way (admitted,
+// gone, timed out, closed) is no longer counted.
+func TestQueueMaxBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Options{Limit: 1, Timeout: time.Minute, MaxWaitingBytes: 100})
+		a := h.acquireReq(Request{ID: "A", Bytes: 1000}) // admitted: held bytes count only while waiting
+		b := h.acquireReq(Request{ID: "B", Bytes: 150})  // over the bound alone, but first in line
+		if !a.out.Admitted || b.finished() || h.metric("websummoner_queue_waiting_bytes") != 150 {
+			t.Fatalf("A %+v, B finished %v, waiting bytes %v", a.out, b.finished(), h.metric("websummoner_queue_waiting_bytes"))
+		}
+		c := h.acquireReq(Request{ID: "C", Bytes: 1})
+		if !c.finished() || c.out.Reason != ReasonFull || c.out.RetryAfter < time.Second {
+			t.Fatalf("C: %+v", c.out)
+		}
+		if msg := c.out.Message(); !strings.Contains(msg, "-queue-max-bytes (100 bytes)") || !strings.Contains(msg, "hold 150 bytes") {
+			t.Fatalf("C's message: %s", msg)
+		}
+		if h.metric("websummoner_queue_rejected_total", "reason", "full") != 1 {
+			t.Fatal("refusal not counted as full")
+		}
+		b.cancel()
+		synctest.Wait()
+		if h.metric("websummoner_queue_waiting_bytes") != 0 {
+			t.Fatalf("a cancelled waiter is still counted: %v", h.metric("websummoner_queue_waiting_bytes"))
+		}
+		d := h.acquireReq(Request{ID: "D", Bytes: 60})
+		e := h.acquireReq(Request{ID: "E", Bytes: 40}) // 100: at the bound, not over it
+		f := h.acquireReq(Request{ID: "F", Bytes: 1})
+		if d.finished() || e.finished() || !f.finished() || f.out.Reason != ReasonFull {
+			t.Fatalf("D %v, E %v, F %+v", d.finished(), e.finished(), f.out)
+		}
+		a.slot.Release()
+		synctest.Wait()
+		if !d.out.Admitted || h.metric("websummoner_queue_waiting_bytes") != 40 {
+			t.Fatalf("D %+v, waiting bytes %v", d.out, h.metric("websummoner_queue_waiting_bytes"))
+		}
+		<-e.done // E's budget runs out
+		if e.out.Reason != ReasonTimeout || h.metric("websummoner_queue_waiting_bytes") != 0 {
+			t.Fatalf("E %+v, waiting bytes %v", e.out, h.metric("websummoner_queue_waiting_bytes"))
+		}
+		g, i := h.acquireReq(Request{ID: "G", Bytes: 70}), h.acquireReq(Request{ID: "I", Bytes: 30})
+		h.q.Close()
+		synctest.Wait()
+		if g.out.Reason != ReasonClosed || i.out.Reason != ReasonClosed || h.q.Stats().WaitingBytes != 0 {
+			t.Fatalf("G %+v, I %+v, waiting bytes %d", g.out, i.out, h.q.Stats().WaitingBytes)
+		}
+		d.slot.Release()
+	})
+}
+
 // A client that left before asking gets no slot.
 func TestAcquireAfterClientLeft(t *testing.T) {
 	q, _ := New(Options{Limit: 1}, nil, nil)
