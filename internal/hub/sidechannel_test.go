@@ -222,3 +222,50 @@ func TestDevToolsTrafficKeepsSessionAlive(t *testing.T) {
 		devtools.Close()
 	})
 }
+
+// A WebSocket asked for through the command path (chromedriver serves BiDi at
+// /session/{id} itself) is refused before the driver is asked: it would be a
+// side channel counted nowhere, closed by nothing, holding the idle timer.
+func TestNoUpgradeThroughTheCommandPath(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &stubLauncher{mem: newMemTransport()}
+		f := newFixture(t, queue.Options{Limit: 1}, Options{IdleTimeout: time.Minute}, l)
+		peers := make(chan net.Conn, 4)
+		f.hub.opts.Transport = upgrades{next: l.mem, peers: peers}
+		f.hub.proxy.Transport = f.hub.opts.Transport
+		_, body := f.do("POST", "/session", w3cChrome)
+		id := body["value"].(map[string]any)["sessionId"].(string)
+		for _, path := range []string{"/session/" + id, "/wd/hub/session/" + id + "/", "/session/" + id + "/url"} {
+			client, server := net.Pipe()
+			req := httptest.NewRequest("GET", path, nil)
+			req.Header.Set("Upgrade", "websocket")
+			req.Header.Set("Connection", "Upgrade")
+			rec := httptest.NewRecorder()
+			served := make(chan struct{})
+			go func() {
+				defer close(served)
+				f.hub.ServeHTTP(hijackable{ResponseWriter: rec, conn: server}, req)
+			}()
+			synctest.Wait()
+			client.Close()
+			select {
+			case <-served:
+			default:
+				t.Fatalf("%s: the upgrade was tunnelled to the driver", path)
+			}
+			if rec.Code != http.StatusNotFound || !strings.Contains(rec.Body.String(), `"unknown command"`) || !strings.Contains(rec.Body.String(), "/se/bidi") {
+				t.Errorf("%s: %d %s", path, rec.Code, rec.Body)
+			}
+		}
+		select {
+		case <-peers:
+			t.Fatal("an upgrade through the command path reached the driver")
+		default:
+		}
+		time.Sleep(61 * time.Second) // the refusals held nothing: the session idles out
+		synctest.Wait()
+		if f.sess.Len() != 0 {
+			t.Fatal("the session outlived its idle timeout")
+		}
+	})
+}
