@@ -2,7 +2,6 @@ package hub
 
 import (
 	"archive/zip"
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/gorilla/mux"
 
@@ -146,17 +146,12 @@ func serveDir(w http.ResponseWriter, r *http.Request, dir, name string, kind fil
 	path := filepath.Join(dir, name)
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
-		f, err := os.Open(path)
+		f, st, err := openRegular(dir, name)
 		if err != nil {
 			webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidArgument, fmt.Sprintf("no %s %q", kind.noun, name))
 			return
 		}
 		defer f.Close()
-		st, err := f.Stat()
-		if err != nil || !st.Mode().IsRegular() {
-			webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidArgument, fmt.Sprintf("no %s %q", kind.noun, name))
-			return
-		}
 		disposition := "attachment"
 		if kind.inline {
 			disposition = "inline"
@@ -172,6 +167,32 @@ func serveDir(w http.ResponseWriter, r *http.Request, dir, name string, kind fil
 	default:
 		methodNotAllowed(w, r)
 	}
+}
+
+// openRegular opens dir's regular file name for reading. A download
+// directory is written by the session's browser, whose sandbox is the
+// boundary: a link it planted must not make the hub read a file outside the
+// directory (os.Root resolves links within it only), and a FIFO must not
+// block the open (O_NONBLOCK; anything not a regular file is refused).
+func openRegular(dir, name string) (*os.File, os.FileInfo, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer root.Close()
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file", name)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
 }
 
 // listFiles names the finished downloads in dir, sorted; Chromium's partial
@@ -213,18 +234,13 @@ func (h *Hub) gridFiles(w http.ResponseWriter, r *http.Request) {
 			webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument, `the body must be {"name": "<file name>"}`)
 			return
 		}
-		data, err := os.ReadFile(filepath.Join(files.Path, in.Name))
+		f, _, err := openRegular(files.Path, in.Name)
 		if err != nil {
 			webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidArgument, fmt.Sprintf("no downloaded file %q", in.Name))
 			return
 		}
-		var zipped bytes.Buffer
-		zw := zip.NewWriter(&zipped)
-		if fw, err := zw.Create(in.Name); err == nil {
-			_, _ = fw.Write(data)
-		}
-		_ = zw.Close()
-		writeJSON(w, http.StatusOK, map[string]any{"value": map[string]any{"filename": in.Name, "contents": base64.StdEncoding.EncodeToString(zipped.Bytes())}})
+		defer f.Close()
+		writeZippedFile(w, in.Name, f)
 	case http.MethodDelete:
 		for _, n := range listFiles(files.Path) {
 			_ = os.Remove(filepath.Join(files.Path, n))
@@ -233,6 +249,31 @@ func (h *Hub) gridFiles(w http.ResponseWriter, r *http.Request) {
 	default:
 		methodNotAllowed(w, r)
 	}
+}
+
+// writeZippedFile answers {"value": {"filename", "contents"}}, contents being
+// the file zipped and base64-encoded, streamed: a browser can download
+// gigabytes, and holding the file, its zip and their base64 at once would
+// cost the hub several times that in memory. A read error after the status
+// is written can only cut the answer short, which the client sees as broken
+// JSON rather than a wrong file.
+func writeZippedFile(w http.ResponseWriter, name string, f io.Reader) {
+	quoted, _ := json.Marshal(name)
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprintf(w, `{"value":{"filename":%s,"contents":"`, quoted)
+	b64 := base64.NewEncoder(base64.StdEncoding, w)
+	zw := zip.NewWriter(b64)
+	fw, err := zw.Create(name)
+	if err == nil {
+		_, err = io.Copy(fw, f)
+	}
+	if err != nil {
+		panic(http.ErrAbortHandler) // no closing quote: the client cannot take a cut zip for a whole one
+	}
+	_ = zw.Close()
+	_ = b64.Close()
+	_, _ = io.WriteString(w, `"}}`)
 }
 
 // clipboard serves /clipboard/{id}: the image's clipboard service on port 9090

@@ -1,6 +1,10 @@
 package hub
 
 import (
+	"archive/zip"
+	"bytes"
+	"encoding/base64"
+	"fmt"
 	"html"
 	"io"
 	"net/http"
@@ -9,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/websummoner/websummoner/internal/launcher"
@@ -73,3 +78,75 @@ func TestListingsAreNotScript(t *testing.T) {
 		}
 	}
 }
+
+// A local browser's download directory is written by the browser, whose
+// sandbox is the boundary: what it plants there (a link out of it, a FIFO)
+// neither makes the hub read outside it, nor blocks a handler, nor leads an
+// upload the hub stores for WebKit out of it.
+func TestDownloadDirIsTheBoundary(t *testing.T) {
+	dir, outside := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ok.txt"), []byte("fine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{"link": filepath.Join(outside, "secret"), ".uploads": outside} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files := &url.URL{Scheme: "file", Path: dir}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{sides: func(e *launcher.Endpoints) { e.Files = files }})
+	_, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","webkitgtk:browserOptions":{}}}}`)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+
+	for _, name := range []string{"link", "fifo"} {
+		resp, _ := f.do("GET", "/download/"+id+"/"+name, "")
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET /download/%s/%s: %d, want 404", id, name, resp.StatusCode)
+		}
+		resp, _ = f.do("POST", "/session/"+id+"/se/files", `{"name":"`+name+`"}`)
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("se/files %s: %d, want 404", name, resp.StatusCode)
+		}
+	}
+	resp, err := http.Get(f.srv.URL + "/download/" + id + "/ok.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || string(got) != "fine" {
+		t.Errorf("GET ok.txt: %d %q", resp.StatusCode, got)
+	}
+	// Grid's managed download, streamed: the file zipped and base64-encoded.
+	_, body = f.do("POST", "/session/"+id+"/se/files", `{"name":"ok.txt"}`)
+	v, _ := body["value"].(map[string]any)
+	raw, err := base64.StdEncoding.DecodeString(fmt.Sprint(v["contents"]))
+	if err != nil || v["filename"] != "ok.txt" {
+		t.Fatalf("se/files ok.txt: %v (%v)", body, err)
+	}
+	zr, err := zip.NewReader(bytes.NewReader(raw), int64(len(raw)))
+	if err != nil || len(zr.File) != 1 || zr.File[0].Name != "ok.txt" {
+		t.Fatalf("se/files ok.txt: not a zip of the one file: %v", err)
+	}
+	rc, _ := zr.File[0].Open()
+	got, _ = io.ReadAll(rc)
+	if string(got) != "fine" {
+		t.Errorf("se/files ok.txt holds %q", got)
+	}
+
+	resp, body = f.do("POST", "/session/"+id+"/se/file", uploadBody(zipOf(t, map[string][]byte{"up.txt": []byte("uploaded")})))
+	if resp.StatusCode == http.StatusOK {
+		t.Errorf("the upload was stored through a planted .uploads link: %v", body)
+	}
+	entries, _ := os.ReadDir(outside)
+	if len(entries) != 1 {
+		t.Errorf("the upload reached outside the download directory: %v", entries)
+	}
+}
+

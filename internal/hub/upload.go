@@ -196,10 +196,16 @@ func (h *Hub) storeUpload(w http.ResponseWriter, r *http.Request, s *session.Ses
 	var path string
 	switch {
 	case files != nil && files.Scheme == "file":
-		dir := filepath.Join(files.Path, ".uploads", sub)
-		if err = os.MkdirAll(dir, 0o755); err == nil {
-			path = filepath.Join(dir, name)
-			err = os.WriteFile(path, data, 0o644)
+		// Within the download directory only: its browser writes there, and a
+		// ".uploads" link it planted must not lead the hub's write elsewhere.
+		var root *os.Root
+		if root, err = os.OpenRoot(files.Path); err == nil {
+			rel := filepath.Join(".uploads", sub, name)
+			if err = root.MkdirAll(filepath.Dir(rel), 0o755); err == nil {
+				err = root.WriteFile(rel, data, 0o644)
+			}
+			root.Close()
+			path = filepath.Join(files.Path, rel)
 		}
 	case files != nil:
 		path, err = h.uploadToImage(r.Context(), files, sub, name, data)
