@@ -258,21 +258,23 @@ func (h *Hub) proxySocket(w http.ResponseWriter, r *http.Request, s *session.Ses
 	path := "/" + strings.TrimPrefix(target.Path, "/") // JoinPath on an empty path leaves it relative
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
+	client := &clientConn{}
 	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
-		// Cancelling closes the driver's side, and so the client's.
+		// Cancelling closes both sides of the tunnel.
 		done := h.openSide(w, r, s, path, httpserver.ShedWorker, cancel)
 		if done == nil {
 			return
 		}
 		defer done()
-		w = touchWriter{ResponseWriter: w, touch: h.toucher(s)}
+		w = touchWriter{ResponseWriter: w, touch: h.toucher(s), client: client}
 	}
 	go func() {
 		select {
 		case <-s.Ended():
-			cancel() // closes the driver's side, and so the client's
+			cancel() // closes the driver's side
 		case <-ctx.Done():
 		}
+		client.close() // and the client's, even if it has stopped reading
 	}()
 	logtag.Event(h.log, slog.LevelDebug, s.ID, "SIDE_CHANNEL", path)
 	rp := &httputil.ReverseProxy{

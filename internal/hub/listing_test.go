@@ -149,4 +149,3 @@ func TestDownloadDirIsTheBoundary(t *testing.T) {
 		t.Errorf("the upload reached outside the download directory: %v", entries)
 	}
 }
-

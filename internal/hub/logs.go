@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"golang.org/x/net/websocket"
 
@@ -75,6 +76,12 @@ func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {
 				_, _ = io.Copy(io.Discard, c)
 				cancel()
 			}()
+			// An ended follow unblocks Follow's write to a viewer that has
+			// stopped reading (Close would wait for that write's lock).
+			go func() {
+				<-ctx.Done()
+				_ = c.SetWriteDeadline(time.Now())
+			}()
 			_ = src.Follow(ctx, c)
 			c.Close()
 		}}.ServeHTTP(w, r)
@@ -82,12 +89,24 @@ func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	// A stream is not followed by another request on its connection, which
+	// keeps the write deadline below from outliving it.
+	w.Header().Set("Connection", "close")
 	w.WriteHeader(http.StatusOK)
 	// The answer's head goes at once: a viewer knows it is following before
 	// the session writes anything.
-	_ = http.NewResponseController(w).Flush()
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	// An ended follow unblocks a write to a viewer that has stopped reading;
+	// one that reads gets the stream's end within the grace.
+	stop := context.AfterFunc(ctx, func() { _ = rc.SetWriteDeadline(time.Now().Add(sideChannelCloseGrace)) })
+	defer stop()
 	_ = src.Follow(ctx, flushWriter{w})
 }
+
+// sideChannelCloseGrace is how long a plain-HTTP live log that has ended may
+// take to reach its viewer before its connection is cut.
+const sideChannelCloseGrace = 5 * time.Second
 
 // flushWriter sends each write at once.
 type flushWriter struct{ w http.ResponseWriter }

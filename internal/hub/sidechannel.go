@@ -99,6 +99,8 @@ func (h *Hub) openSide(w http.ResponseWriter, r *http.Request, s *session.Sessio
 type touchWriter struct {
 	http.ResponseWriter
 	touch func()
+	// client, if set, is told the client's connection once it is hijacked.
+	client *clientConn
 }
 
 // Unwrap lets http.ResponseController reach the server's writer.
@@ -110,7 +112,40 @@ func (t touchWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if t.client != nil {
+		t.client.set(c)
+	}
 	return touchConn{Conn: c, touch: t.touch}, brw, nil
+}
+
+// clientConn is a side channel's hijacked client connection, to be closed
+// when the channel must end (its session ended, or it is shed). Closing the
+// driver's side is not enough: a tunnel copying to a client that has stopped
+// reading is blocked in that write, and only closing the client's
+// connection frees it, its goroutines and its descriptor.
+type clientConn struct {
+	mu     sync.Mutex
+	c      net.Conn
+	closed bool
+}
+
+func (cc *clientConn) set(c net.Conn) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.closed {
+		_ = c.Close()
+		return
+	}
+	cc.c = c
+}
+
+func (cc *clientConn) close() {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	cc.closed = true
+	if cc.c != nil {
+		_ = cc.c.Close()
+	}
 }
 
 // touchConn calls touch after each read that brought bytes.

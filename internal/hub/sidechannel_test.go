@@ -269,3 +269,99 @@ func TestNoUpgradeThroughTheCommandPath(t *testing.T) {
 		}
 	})
 }
+
+// A DevTools client that has stopped reading while its browser talks blocks
+// the tunnel's write to it; the session's end still closes its connection,
+// ends the handler and gives back its side-channel count.
+func TestNonReadingSocketEndsWithItsSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		dt, _ := url.Parse("http://devtools-1:7070")
+		l := &stubLauncher{mem: newMemTransport(), sides: func(e *launcher.Endpoints) { e.DevTools = dt }}
+		f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+		peers := make(chan net.Conn, 1)
+		f.hub.opts.Transport = upgrades{next: l.mem, peers: peers}
+		_, body := f.do("POST", "/session", w3cChrome)
+		id := body["value"].(map[string]any)["sessionId"].(string)
+
+		client, server := net.Pipe()
+		req := httptest.NewRequest("GET", "/devtools/"+id+"/page/p-1", nil)
+		req.Header.Set("Upgrade", "websocket")
+		req.Header.Set("Connection", "Upgrade")
+		served := make(chan struct{})
+		go func() {
+			defer close(served)
+			f.hub.ServeHTTP(hijackable{ResponseWriter: httptest.NewRecorder(), conn: server}, req)
+		}()
+		devtools := <-peers
+		defer devtools.Close()
+		head := make([]byte, 4096)
+		if n, err := client.Read(head); err != nil || !strings.Contains(string(head[:n]), "101") {
+			t.Fatalf("no 101 for the socket: %q %v", head[:n], err)
+		}
+		// The browser sends events; the client reads none of them.
+		go func() { _, _ = devtools.Write(make([]byte, 1<<16)) }()
+		synctest.Wait()
+		f.sess.EndAll("shutdown")
+		synctest.Wait()
+		select {
+		case <-served:
+		default:
+			client.Close()
+			<-served
+			t.Fatal("the socket's handler outlived its session: a client that stops reading held it")
+		}
+		if _, err := client.Read(head); err == nil {
+			t.Error("the client's connection is still open after its session ended")
+		}
+		f.hub.side.mu.Lock()
+		defer f.hub.side.mu.Unlock()
+		if len(f.hub.side.bySession) != 0 || len(f.hub.side.byClient) != 0 {
+			t.Errorf("side channels still counted: %v %v", f.hub.side.bySession, f.hub.side.byClient)
+		}
+	})
+}
+
+// A live-log viewer that has stopped reading blocks the follow's write to it;
+// the session's end still closes its socket and ends the handler.
+func TestNonReadingLogViewerEndsWithItsSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		out := launcher.NewBroadcast()
+		l := &stubLauncher{mem: newMemTransport(), sides: func(e *launcher.Endpoints) { e.Log = out }}
+		f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+		_, body := f.do("POST", "/session", w3cChrome)
+		id := body["value"].(map[string]any)["sessionId"].(string)
+
+		client, server := net.Pipe()
+		req := httptest.NewRequest("GET", "/logs/"+id, nil)
+		req.Header.Set("Upgrade", "websocket")
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+		req.Header.Set("Sec-WebSocket-Version", "13")
+		served := make(chan struct{})
+		go func() {
+			defer close(served)
+			f.hub.ServeHTTP(hijackable{ResponseWriter: httptest.NewRecorder(), conn: server}, req)
+		}()
+		head := make([]byte, 4096)
+		if n, err := client.Read(head); err != nil || !strings.Contains(string(head[:n]), "101") {
+			t.Fatalf("no 101 for the viewer: %q %v", head[:n], err)
+		}
+		synctest.Wait()
+		out.Write(make([]byte, 1<<16)) // the viewer reads none of it
+		synctest.Wait()
+		f.sess.EndAll("shutdown")
+		synctest.Wait()
+		select {
+		case <-served:
+		default:
+			client.Close()
+			<-served
+			t.Fatal("the live log's handler outlived its session: a viewer that stops reading held it")
+		}
+		f.hub.side.mu.Lock()
+		defer f.hub.side.mu.Unlock()
+		if len(f.hub.side.bySession) != 0 || len(f.hub.side.byClient) != 0 {
+			t.Errorf("side channels still counted: %v %v", f.hub.side.bySession, f.hub.side.byClient)
+		}
+	})
+}
