@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/gorilla/mux"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/session"
@@ -61,12 +62,13 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 		return
 	}
 	defer h.sessions.Done(s)
-	if r.Header.Get("Upgrade") != "" {
+	if r.Header.Get("Upgrade") != "" && httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade") {
 		// A socket to the driver is a side channel: counted against the caps,
 		// shed near the descriptor limit, closed when the session ends, and
 		// not holding the idle timer. A command holds the timer and is none
 		// of those, so no socket is opened through it (chromedriver serves
-		// BiDi at /session/{id} itself).
+		// BiDi at /session/{id} itself). The test is ReverseProxy's own for
+		// an upgrade: an Upgrade header alone is dropped as hop-by-hop.
 		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnknownCommand,
 			fmt.Sprintf("%s %s asks for a protocol upgrade (%s), which is not a WebDriver command: open WebDriver BiDi at /session/{id}/se/bidi, the webSocketUrl the hub answered, and Chrome DevTools at /devtools/{id}", r.Method, r.URL.Path, r.Header.Get("Upgrade")))
 		return
