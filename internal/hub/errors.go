@@ -122,7 +122,9 @@ func (h *Hub) replyFor(err error) reply {
 		rep.status, rep.retryAfter = http.StatusServiceUnavailable, h.queue.RetryAfter()
 	case errors.As(err, &de):
 		code, msg, ok := de.W3C()
-		if !ok {
+		if !ok || de.Status < 400 || de.Status > 599 {
+			// Only an error status is the client's to see: a 201, 206 or 302
+			// with an error body is the driver's confusion, a failed start.
 			break
 		}
 		rep.status, rep.code = de.Status, code

@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"regexp"
@@ -258,5 +259,47 @@ func TestErrorTableIsDocumented(t *testing.T) {
 		if !strings.Contains(string(doc), row) {
 			t.Errorf("docs/hub.md lacks the row\n%s", row)
 		}
+	}
+}
+
+// A driver's refusal that is no W3C error answer — a JSONWire one (200 with a
+// non-zero status, often with a sessionId) or an error body under a status that
+// is no error — is a failed start: 500 session not created with the driver's
+// message, no session made of it, the browser stopped and the slot given back.
+func TestDriverRefusalsThatAreNoErrorStatus(t *testing.T) {
+	cases := []struct {
+		status int
+		body   string
+		msg    string
+	}{
+		{200, `{"sessionId":"s-1","status":33,"value":{"message":"session not created: Chrome failed to start"}}`, "Chrome failed to start"},
+		{200, `{"sessionId":null,"status":13,"value":"broken"}`, "JSONWire status 13"},
+		{201, `{"value":{"error":"session not created","message":"odd"}}`, "answered 201"},
+		{302, `{"value":{"error":"session not created","message":"odd"}}`, "answered 302"},
+	}
+	for _, c := range cases {
+		l := &stubLauncher{mem: newMemTransport(), wrap: func(h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost && r.URL.Path == "/session" {
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(c.status)
+					_, _ = io.WriteString(w, c.body)
+					return
+				}
+				h.ServeHTTP(w, r)
+			})
+		}}
+		synctest.Test(t, func(t *testing.T) {
+			f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+			resp, body := f.do("POST", "/session", w3cChrome)
+			v, _ := body["value"].(map[string]any)
+			if resp.StatusCode != http.StatusInternalServerError || v["error"] != "session not created" || !strings.Contains(fmt.Sprint(v["message"]), c.msg) {
+				t.Errorf("driver %d %s: hub %d %v", c.status, c.body, resp.StatusCode, body)
+			}
+			synctest.Wait()
+			if f.sess.Len() != 0 || f.q.Stats().InUse != 0 || l.liveCount() != 0 {
+				t.Errorf("driver %d: %d sessions, %d slots, %d browsers left", c.status, f.sess.Len(), f.q.Stats().InUse, l.liveCount())
+			}
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,7 +126,8 @@ func (c Candidate) lookup(k string) (any, bool) {
 var stringCaps = []string{"browserName", "browserVersion", "version", "deviceName", "appium:deviceName", "platformName", "platform"}
 
 // Candidates returns the request's candidates in the order they are to be tried.
-// Vendor options in alwaysMatch are decoded once, not once per candidate.
+// Vendor options in alwaysMatch and desiredCapabilities are decoded once, not
+// once per candidate.
 func (n *NewSession) Candidates() ([]Candidate, error) {
 	var cands []Candidate
 	if n.W3C {
@@ -134,6 +136,20 @@ func (n *NewSession) Candidates() ([]Candidate, error) {
 		}
 	} else {
 		cands = []Candidate{{always: n.Desired}}
+	}
+	// desiredCapabilities' options: a JSONWire request's, and a W3C request's
+	// when desiredCapabilities names a browser, as Selenoid reads them. Selenium
+	// 3 clients send both halves and strip the non-W3C keys (enableVNC, name,
+	// sessionTimeout, …) from "capabilities": only this half has them.
+	var top, desiredBlock *optionsLayer
+	if !n.W3C || mapBrowser(n.Desired) != "" {
+		var err error
+		if top, err = legacyOptions(n.Desired); err != nil {
+			return nil, err
+		}
+		if desiredBlock, err = vendorOptions(n.Desired); err != nil {
+			return nil, err
+		}
 	}
 	var shared *Options // alwaysMatch's (or desired's) options, decoded once
 	for i := range cands {
@@ -154,11 +170,21 @@ func (n *NewSession) Candidates() ([]Candidate, error) {
 			}
 		}
 		if own || shared == nil {
-			src := c.always
-			if own {
-				src = c.first
+			var block *optionsLayer // the W3C half's; a JSONWire request's is desiredBlock
+			if n.W3C {
+				src := c.always
+				if own {
+					src = c.first
+				}
+				var err error
+				if block, err = vendorOptions(src); err != nil {
+					return nil, err
+				}
 			}
-			o, err := parseOptions(src, !n.W3C)
+			// Selenoid's order: desiredCapabilities' block wins over the W3C
+			// half's, which fills what it leaves unset; both win over the top
+			// level.
+			o, err := mergeOptions(top, block, desiredBlock)
 			if err != nil {
 				return nil, err
 			}
@@ -171,6 +197,17 @@ func (n *NewSession) Candidates() ([]Candidate, error) {
 		c.Options = *shared
 	}
 	return cands, nil
+}
+
+// mapBrowser is the browser a capabilities object names, as Selenoid's
+// BrowserName reads it.
+func mapBrowser(caps map[string]any) string {
+	for _, k := range []string{"browserName", "deviceName", "appium:deviceName"} {
+		if s, ok := caps[k].(string); ok && s != "" {
+			return s
+		}
+	}
+	return ""
 }
 
 func jsonType(v any) string {
@@ -199,7 +236,9 @@ func firstString(c *Candidate, keys ...string) string {
 }
 
 // Options are the vendor options a client may set, under "websummoner:options"
-// or, for drop-in use, "selenoid:options" (and, in JSONWire, at the top level).
+// or, for drop-in use, "selenoid:options" (and at the top level of
+// desiredCapabilities: a JSONWire request's, or a W3C request's that also
+// carries one naming a browser, as Selenium 3 clients send).
 type Options struct {
 	Name             string            `json:"name,omitempty"`
 	SessionTimeout   time.Duration     `json:"-"`
@@ -268,27 +307,109 @@ var notYetOptions = map[string]string{
 // so no value overflows a time.Duration.
 const maxSessionTimeout = 365 * 24 * time.Hour
 
-func parseOptions(caps map[string]any, legacyTopLevel bool) (Options, error) {
-	var src map[string]any
-	key := ""
+// optionsLayer is one source of vendor options, read and checked on its own;
+// key names it in messages.
+type optionsLayer struct {
+	key string
+	o   Options
+}
+
+// vendorOptions reads caps' vendor block, websummoner:options or else
+// selenoid:options; nil when it has neither.
+func vendorOptions(caps map[string]any) (*optionsLayer, error) {
 	for _, k := range []string{OptionsKey, SelenoidOptionsKey} {
 		if v, ok := caps[k]; ok {
 			m, ok := v.(map[string]any)
 			if !ok {
-				return Options{}, argErr("%q must be an object", k)
+				return nil, argErr("%q must be an object", k)
 			}
-			src, key = m, k
-			break
+			o, err := readOptions(m, k, true)
+			return &optionsLayer{k, o}, err
 		}
 	}
-	if src == nil && legacyTopLevel {
-		src, key = caps, "desiredCapabilities"
+	return nil, nil
+}
+
+// knownFold is knownOptions in lower case: encoding/json matches names without
+// regard to case, as Selenoid's decoding of the same keys does.
+var knownFold = func() map[string]bool {
+	m := map[string]bool{}
+	for k := range knownOptions {
+		m[strings.ToLower(k)] = true
 	}
+	return m
+}()
+
+// legacyOptions reads the options a JSONWire client sets at the top level of
+// desiredCapabilities. Only their keys are read: the top level holds
+// everything else too, an extension's megabytes among it.
+func legacyOptions(desired map[string]any) (*optionsLayer, error) {
+	src := map[string]any{}
+	for k, v := range desired {
+		if knownFold[strings.ToLower(k)] {
+			src[k] = v
+		}
+	}
+	if len(src) == 0 {
+		return nil, nil
+	}
+	o, err := readOptions(src, "desiredCapabilities", false)
+	return &optionsLayer{"desiredCapabilities", o}, err
+}
+
+// mergeOptions lays the layers (nil ones skipped) on one another, later ones
+// winning, as Selenoid merges them (mergo with override): only a set value
+// overrides, so false, "" or [] never unsets one below it; labels merge by
+// key; Ignored names each key once. The checks that span options and the video
+// defaults are then made on the result.
+func mergeOptions(layers ...*optionsLayer) (Options, error) {
 	var o Options
-	if src == nil {
-		return o, nil
+	sizeKey := ""
+	for _, l := range layers {
+		if l == nil {
+			continue
+		}
+		o.overlay(l.o)
+		if l.o.VideoScreenSize != "" {
+			sizeKey = l.key
+		}
 	}
-	if key != "desiredCapabilities" { // a JSONWire body's top level holds everything else too
+	slices.Sort(o.Ignored)
+	o.Ignored = slices.Compact(o.Ignored)
+	return o, videoDefaults(sizeKey, &o)
+}
+
+// overlay sets o's fields to p's set ones; p's zero fields and empty lists and
+// maps leave o's as they are. Labels merge by key; Ignored lists are joined.
+// Neither o's nor p's lists or maps are written to: candidates share layers.
+func (o *Options) overlay(p Options) {
+	labels := p.Labels
+	if len(o.Labels) > 0 && len(p.Labels) > 0 {
+		labels = maps.Clone(o.Labels)
+		maps.Copy(labels, p.Labels)
+	} else if len(p.Labels) == 0 {
+		labels = o.Labels
+	}
+	var ignored []string
+	if len(o.Ignored)+len(p.Ignored) > 0 {
+		ignored = slices.Concat(o.Ignored, p.Ignored)
+	}
+	dst, src := reflect.ValueOf(o).Elem(), reflect.ValueOf(p)
+	for i := range src.NumField() {
+		f := src.Field(i)
+		if empty := f.IsZero() || (f.Kind() == reflect.Slice || f.Kind() == reflect.Map) && f.Len() == 0; !empty {
+			dst.Field(i).Set(f)
+		}
+	}
+	o.Labels, o.Ignored = labels, ignored
+}
+
+// readOptions reads and checks one layer of options, src: a vendor block, or
+// (checkKeys false) the known options of a JSONWire request's top level. The
+// checks that span layers and the video defaults are mergeOptions'.
+func readOptions(src map[string]any, key string, checkKeys bool) (Options, error) {
+	var o Options
+	if checkKeys {
 		for k, v := range src {
 			if what, ok := notYetOptions[k]; ok {
 				if v != nil && v != false && v != "" {
@@ -541,8 +662,7 @@ func (o Options) Screen() string {
 	return fmt.Sprintf("%dx%dx%d", w, h, d)
 }
 
-// checkScreen validates screenResolution and the video options, and fills the
-// video defaults when enableVideo is set.
+// checkScreen validates screenResolution and the video options' shapes.
 func checkScreen(key string, o *Options) error {
 	if o.ScreenResolution != "" {
 		if _, _, _, ok := ParseScreen(o.ScreenResolution); !ok {
@@ -554,14 +674,9 @@ func checkScreen(key string, o *Options) error {
 			return argErr("%s.videoName %q must be a file name with an extension, such as \"checkout.mp4\" (letters, digits, '.', '_', '-'; no path)", key, n)
 		}
 	}
-	sw, sh, _, _ := ParseScreen(o.Screen())
 	if v := o.VideoScreenSize; v != "" {
-		w, h, _, ok := ParseScreen(v)
-		if !ok || strings.Count(v, "x") != 1 {
+		if _, _, _, ok := ParseScreen(v); !ok || strings.Count(v, "x") != 1 {
 			return argErr("%s.videoScreenSize %q must be WIDTHxHEIGHT, such as \"1280x720\"", key, v)
-		}
-		if w > sw || h > sh {
-			return argErr("%s.videoScreenSize %s is larger than the screen (%dx%d); set screenResolution at least as large", key, v, sw, sh)
 		}
 	}
 	if r := o.VideoFrameRate; r < 0 || r > maxFrameRate {
@@ -569,6 +684,19 @@ func checkScreen(key string, o *Options) error {
 	}
 	if c := o.VideoCodec; c != "" && (len(c) > 32 || strings.Trim(c, "abcdefghijklmnopqrstuvwxyz0123456789_") != "") {
 		return argErr("%s.videoCodec %q must be an ffmpeg encoder name, such as \"libx264\" or \"mpeg4\"", key, c)
+	}
+	return nil
+}
+
+// videoDefaults checks videoScreenSize (set in the layer key names) against
+// the merged options' screen, which another layer may set, and fills the
+// video defaults when enableVideo is set.
+func videoDefaults(key string, o *Options) error {
+	sw, sh, _, _ := ParseScreen(o.Screen())
+	if v := o.VideoScreenSize; v != "" {
+		if w, h, _, _ := ParseScreen(v); w > sw || h > sh {
+			return argErr("%s.videoScreenSize %s is larger than the screen (%dx%d); set screenResolution at least as large", key, v, sw, sh)
+		}
 	}
 	if !o.EnableVideo {
 		return nil

@@ -25,6 +25,10 @@ func hostileBodies() map[string][]byte {
 		"1.5M empty firstMatch entries":          []byte(`{"capabilities":{"alwaysMatch":{"selenoid:options":{` + big + `}},"firstMatch":` + fm(1_500_000, `{}`) + `}}`),
 		"64 firstMatch vs 200k alwaysMatch keys": []byte(`{"capabilities":{"alwaysMatch":{` + manyKeys.String() + `"browserName":"chrome"},"firstMatch":` + fm(64, `{"browserVersion":"1"}`) + `}}`),
 		"JSONWire with big options":              []byte(`{"desiredCapabilities":{"browserName":"chrome",` + big + `}}`),
+		// A Selenium 3 body: desiredCapabilities' options are read once, beside
+		// each of the W3C half's candidates.
+		"64 firstMatch vs big desiredCapabilities": []byte(`{"capabilities":{"alwaysMatch":{"browserName":"chrome"},"firstMatch":` + fm(64, `{"selenoid:options":{"name":"n"}}`) +
+			`},"desiredCapabilities":{` + manyKeys.String() + `"browserName":"chrome",` + big + `,"selenoid:options":{` + big + `}}}`),
 	}
 }
 

@@ -14,6 +14,7 @@ func FuzzParseNewSession(f *testing.F) {
 		`{"capabilities":{"firstMatch":[{"browserName":7}]}}`,
 		`{"capabilities":{"alwaysMatch":{"websummoner:options":{"sessionTimeout":1e300}}}}`,
 		`{"capabilities":null,"desiredCapabilities":null}`,
+		selenium3Body,
 		`[]`, `{`, `{"capabilities":{"firstMatch":[1,2]}}`,
 	} {
 		f.Add([]byte(seed))

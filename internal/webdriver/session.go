@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"net/http"
 )
 
 // MaxNewSessionAnswer is the largest new-session answer read from a driver. A
@@ -24,14 +26,21 @@ var ErrNoSessionID = errors.New("the answer has no sessionId")
 
 // ParseDriverSession reads a driver's 200 answer to POST /session in either
 // shape: W3C {"value":{"sessionId":…,"capabilities":{…}}} or JSONWire
-// {"sessionId":…,"status":0,"value":{caps}}.
+// {"sessionId":…,"status":0,"value":{caps}}. A JSONWire answer with a non-zero
+// status is the driver's refusal, sent with 200 by chromedriver in legacy mode
+// and Selenium 3 servers, often with a sessionId: it is a *DriverError, so no
+// session is made of it.
 func ParseDriverSession(data []byte) (DriverSession, error) {
 	var out struct {
 		SessionID string          `json:"sessionId"`
+		Status    json.RawMessage `json:"status"` // raw: a status that is no number must not fail the rest
 		Value     json.RawMessage `json:"value"`
 	}
 	if err := json.Unmarshal(data, &out); err != nil {
 		return DriverSession{}, fmt.Errorf("the answer is not JSON: %w", err)
+	}
+	if status := jsonWireStatus(out.Status); status != 0 {
+		return DriverSession{}, &DriverError{Status: http.StatusOK, JSONWireStatus: status, Body: data}
 	}
 	var w3c struct {
 		SessionID    string          `json:"sessionId"`
@@ -51,6 +60,23 @@ func ParseDriverSession(data []byte) (DriverSession, error) {
 	return ds, nil
 }
 
+// jsonWireUnknownError is JSONWire's catch-all status, "unknown error".
+const jsonWireUnknownError = 13
+
+// jsonWireStatus is a JSONWire answer's status: 0 when it is absent, null, 0 or
+// not a number. A number that is not a small whole one is still a refusal, as
+// JSONWire's "unknown error".
+func jsonWireStatus(raw json.RawMessage) int {
+	var f float64
+	if len(raw) == 0 || json.Unmarshal(raw, &f) != nil || f == 0 {
+		return 0
+	}
+	if f != math.Trunc(f) || math.Abs(f) > 1<<16 {
+		return jsonWireUnknownError
+	}
+	return int(f)
+}
+
 // SessionAnswer is the hub's answer to a created session, in the client's
 // dialect: a W3C client gets only value.sessionId (ggr rewrites the top-level
 // one when both are present); a JSONWire client gets the top-level sessionId and
@@ -62,18 +88,44 @@ func SessionAnswer(w3c bool, id string, caps json.RawMessage) any {
 	return map[string]any{"sessionId": id, "status": 0, "value": caps}
 }
 
-// DriverError is a non-200 answer from a driver to the new-session call.
+// DriverError is a driver's refusal of the new-session call: a non-200 answer,
+// or a 200 JSONWire answer with a non-zero status.
 type DriverError struct {
-	// Browser names the browser for messages ("chrome 128.0").
+	// Browser names the browser for messages ("chrome 128.0"); empty when the
+	// caller does not know it.
 	Browser string
-	// Status is the driver's HTTP status.
+	// Status is the driver's HTTP status: 200 for a JSONWire refusal.
 	Status int
+	// JSONWireStatus is a JSONWire refusal's status (33 "session not created",
+	// 13 "unknown error", …); 0 for a non-200 answer.
+	JSONWireStatus int
 	// Body is what it sent, as sent.
 	Body []byte
 }
 
+// maxDriverMessage bounds the driver's message quoted in a JSONWire refusal's
+// error: its text and the driver's version line, not a 16 MiB answer.
+const maxDriverMessage = 1000
+
 func (e *DriverError) Error() string {
-	return fmt.Sprintf("%s: the driver answered %d to the new-session call: %s", e.Browser, e.Status, Truncate(e.Body, 300))
+	prefix := ""
+	if e.Browser != "" {
+		prefix = e.Browser + ": "
+	}
+	if e.JSONWireStatus != 0 {
+		var body struct {
+			Value struct {
+				Message string `json:"message"`
+			} `json:"value"`
+		}
+		_ = json.Unmarshal(e.Body, &body) // a value that is no object has no message: the body is quoted
+		msg := Truncate([]byte(body.Value.Message), maxDriverMessage)
+		if msg == "" {
+			msg = Truncate(e.Body, 300)
+		}
+		return fmt.Sprintf("%sthe driver refused the new session with JSONWire status %d: %s", prefix, e.JSONWireStatus, msg)
+	}
+	return fmt.Sprintf("%sthe driver answered %d to the new-session call: %s", prefix, e.Status, Truncate(e.Body, 300))
 }
 
 // ClientFault reports whether the driver blamed the request (a 4xx): retrying
@@ -81,8 +133,13 @@ func (e *DriverError) Error() string {
 func (e *DriverError) ClientFault() bool { return e.Status >= 400 && e.Status < 500 }
 
 // W3C returns the driver's W3C error code and message when its body is a W3C
-// error body.
+// error body. A JSONWire refusal has none (ok is false): its HTTP status, 200,
+// must never become the status of the hub's error answer, which is then
+// "session not created" with Error's message.
 func (e *DriverError) W3C() (code, message string, ok bool) {
+	if e.JSONWireStatus != 0 {
+		return "", "", false
+	}
 	var body ErrorBody
 	if json.Unmarshal(e.Body, &body) != nil || body.Value.Error == "" {
 		return "", "", false

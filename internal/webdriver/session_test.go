@@ -91,3 +91,42 @@ func TestDriverError(t *testing.T) {
 		t.Errorf("message %q", e)
 	}
 }
+
+// A JSONWire driver (chromedriver in legacy mode, a Selenium 3 server) refuses
+// a session with HTTP 200 and a non-zero status, often with a sessionId: that
+// is a DriverError carrying the driver's message, never a session.
+func TestParseDriverSessionJSONWireRefusal(t *testing.T) {
+	for answer, want := range map[string]struct {
+		status int
+		msg    string
+	}{
+		`{"sessionId":"1b0e5f0c9d8a7b6c5d4e3f2a1b0c9d8e","status":33,"value":{"message":"session not created: This version of ChromeDriver only supports Chrome version 114\nCurrent browser version is 128.0.6613.137 with binary path /usr/bin/chromium\n  (Driver info: chromedriver=114.0.5735.90 (386bc09e8f4f2e025eddae123f36f6263096ae49-refs/branch-heads/5735@{#1052}),platform=Linux 6.1.0 x86_64)"}}`: {
+			33, "only supports Chrome version 114"},
+		`{"sessionId":null,"status":13,"value":{"message":"unknown error: cannot find Chrome binary","stackTrace":[]}}`: {13, "cannot find Chrome binary"},
+		`{"status":33,"value":"no message object"}`: {33, `"status":33`},
+	} {
+		ds, err := ParseDriverSession([]byte(answer))
+		var de *DriverError
+		if !errors.As(err, &de) {
+			t.Errorf("%s: session %+v, err %v; want a *DriverError", answer, ds, err)
+			continue
+		}
+		if de.JSONWireStatus != want.status || de.Status != 200 || de.ClientFault() {
+			t.Errorf("%s: %+v, want JSONWire status %d, HTTP 200, not the client's fault", answer, de, want.status)
+		}
+		// The hub answers a DriverError whose body is W3C with the driver's HTTP
+		// status: this one's 200 must not reach the client as an error's status.
+		if _, _, ok := de.W3C(); ok {
+			t.Errorf("%s: read as a W3C error body", answer)
+		}
+		if e := de.Error(); !strings.Contains(e, want.msg) || !strings.Contains(e, "JSONWire status") || strings.HasPrefix(e, ":") {
+			t.Errorf("%s: message %q, want the driver's message %q", answer, e, want.msg)
+		}
+	}
+	// Status 0 (or none, or not a number) is a success, as before.
+	for _, answer := range []string{`{"sessionId":"s0","status":0,"value":{}}`, `{"sessionId":"s1","status":null,"value":{}}`, `{"sessionId":"s2","status":"0","value":{}}`} {
+		if ds, err := ParseDriverSession([]byte(answer)); err != nil || ds.ID == "" {
+			t.Errorf("%s: %+v %v, want a session", answer, ds, err)
+		}
+	}
+}
