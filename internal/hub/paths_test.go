@@ -129,8 +129,9 @@ func TestFileUploadPaths(t *testing.T) {
 	f := newFixture(t, queue.Options{Limit: 1}, Options{MaxUploadSize: 1 << 20}, l)
 	_, body := f.do("POST", "/session", w3cChrome)
 	id := body["value"].(map[string]any)["sessionId"].(string)
+	upload := uploadBody(zipOf(t, map[string][]byte{"a.txt": []byte("a")}))
 	for _, p := range []string{"/wd/hub/session/" + id + "/se/file", "/session/" + id + "/se/file", "/session/" + id + "/file"} {
-		if resp, _ := f.do("POST", p, `{"file":"UEsDBA=="}`); resp.StatusCode != 200 {
+		if resp, _ := f.do("POST", p, upload); resp.StatusCode != 200 {
 			t.Fatalf("%s: %d", p, resp.StatusCode)
 		}
 		if got := <-seen; got != "POST /session/"+id+"/file" {

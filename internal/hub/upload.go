@@ -34,9 +34,10 @@ var errUploadTooLarge = errors.New("the upload decompresses to more than -max-up
 // and refuses it when the zip it carries decompresses to more than
 // -max-upload-size or has too many entries: the bound on the body alone let a
 // 1 MB zip become a 1 GiB file on the driver's host. The body is put back as
-// read, so the driver gets the client's bytes unchanged; a body that is not
-// {"file": "<base64 of a zip>"} passes through for the driver to answer.
-// It reports whether the request may go on; if not, it has answered.
+// read, so the driver gets the client's bytes unchanged. A body that is not
+// strictly {"file": "<base64 of a zip>"} is refused too: a JSON reader laxer
+// than Go's (Chromium's takes comments) would otherwise unpack a zip the check
+// never saw. It reports whether the request may go on; if not, it has answered.
 func (h *Hub) checkUpload(w http.ResponseWriter, r *http.Request) bool {
 	body, err := io.ReadAll(r.Body)
 	_ = r.Body.Close()
@@ -68,35 +69,43 @@ func (h *Hub) checkUpload(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// checkUploadBody checks every "file" member of a JSON object body (any case,
-// every duplicate: JSON readers differ on which one counts) that is a base64
-// zip. It returns the bytes it decompressed, which stop just past limit.
+// notAnUpload is the refusal of a body that is not a file upload the hub can
+// check.
+func notAnUpload(why string) error {
+	return fmt.Errorf(`a file upload is strict JSON {"file": "<base64 of a zip>"}, as Selenium sends it; %s`, why)
+}
+
+// checkUploadBody checks a file upload's body: strict JSON, an object, whose
+// every "file" member (any case, every duplicate: JSON readers differ on
+// which one counts), of which there is at least one, is a base64 zip. It
+// returns the bytes it decompressed, which stop just past limit.
 func checkUploadBody(body []byte, limit int64) (int64, error) {
+	if !json.Valid(body) {
+		return 0, notAnUpload("this body is not valid JSON")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return 0, nil // not a JSON object: the driver answers it
+		return 0, notAnUpload("this body is not a JSON object")
 	}
 	var total int64
+	files := 0
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return total, nil
+			return total, notAnUpload(err.Error())
 		}
 		key, _ := tok.(string)
 		if !strings.EqualFold(key, "file") {
 			var skip json.RawMessage
-			if dec.Decode(&skip) != nil {
-				return total, nil
+			if err := dec.Decode(&skip); err != nil {
+				return total, notAnUpload(err.Error())
 			}
 			continue
 		}
-		var v any
-		if dec.Decode(&v) != nil {
-			return total, nil
-		}
-		s, ok := v.(string)
-		if !ok {
-			continue
+		files++
+		var s string
+		if err := dec.Decode(&s); err != nil {
+			return total, notAnUpload(fmt.Sprintf("its %q member is not a string", key))
 		}
 		n, err := checkZip(s, limit-total)
 		total += n
@@ -104,20 +113,23 @@ func checkUploadBody(body []byte, limit int64) (int64, error) {
 			return total, err
 		}
 	}
+	if files == 0 {
+		return 0, notAnUpload(`this body has no "file" member`)
+	}
 	return total, nil
 }
 
 // checkZip decompresses every entry of the base64 zip b64, counting the bytes
 // that come out, and stops as soon as they pass limit. What is not base64 or
-// not a zip is left for the driver to refuse.
+// not a zip the hub can read is refused: what it cannot read, it cannot bound.
 func checkZip(b64 string, limit int64) (int64, error) {
 	data, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil {
-		return 0, nil
+		return 0, notAnUpload(fmt.Sprintf(`its "file" is not standard base64 (%v)`, err))
 	}
 	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
 	if err != nil && !errors.Is(err, zip.ErrInsecurePath) {
-		return 0, nil
+		return 0, notAnUpload(fmt.Sprintf(`its "file" is not a zip (%v)`, err))
 	}
 	if len(zr.File) > maxUploadEntries {
 		return 0, fmt.Errorf("the file upload's zip has %d entries; the hub passes on at most %d (Selenium sends one file): zip fewer files", len(zr.File), maxUploadEntries)
