@@ -106,4 +106,11 @@ func TestSessionsBelongToTheirUsers(t *testing.T) {
 	if status, _, _ := as(t, f, "ops", "DELETE", "/session/"+id, ""); status != 200 || f.sess.Len() != 0 {
 		t.Fatalf("the operator's DELETE: %d, %d sessions", status, f.sess.Len())
 	}
+	// Why it ended is its owner's (and the operator's) to know: to bob it is
+	// as any id he might guess.
+	for user, want := range map[string]string{"alice": "has ended: it was deleted", "ops": "has ended: it was deleted", "bob": "not known to this hub"} {
+		if status, _, body := as(t, f, user, "GET", "/session/"+id+"/url", ""); status != 404 || !strings.Contains(fmt.Sprint(body["value"]), want) {
+			t.Errorf("%s's command to alice's ended session: %d %v, want %q", user, status, body, want)
+		}
+	}
 }

@@ -59,7 +59,9 @@ func (h *Hub) devtools(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("session %s has no DevTools: its browser does not report a debugger address, or its image does not serve DevTools on port 7070", s.ID))
 		return
 	}
-	rest := strings.TrimPrefix(mux.Vars(r)["rest"], "/")
+	// Playwright's connectOverCDP asks for json/version/, with the slash.
+	rest := strings.TrimSuffix(strings.TrimPrefix(mux.Vars(r)["rest"], "/"), "/")
+	target, targetOK := devtoolsTarget(rest)
 	switch {
 	case rest == "json/version" || rest == "json/list" || rest == "json":
 		h.devtoolsJSON(w, r, s, dt, rest)
@@ -86,16 +88,31 @@ func (h *Hub) devtools(w http.ResponseWriter, r *http.Request) {
 			}
 			return ""
 		})
-	case strings.HasPrefix(rest, "page/") && !strings.Contains(rest[len("page/"):], "/"):
+	case targetOK:
 		if _, err := h.fetchDevTools(r.Context(), dt, "json/version"); errors.Is(err, errAerokubeDevTools) {
-			h.proxySocket(w, r, s, dt.JoinPath(rest))
+			h.proxySocket(w, r, s, dt.JoinPath("page", target))
 			return
 		}
-		h.proxySocket(w, r, s, dt.JoinPath("devtools", rest))
+		h.proxySocket(w, r, s, dt.JoinPath("devtools", "page", target))
 	default:
 		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnknownCommand,
 			fmt.Sprintf("/devtools/%s/%s is not a DevTools endpoint: use /, /browser, /page, /page/{targetId}, /json/version, /json/list or /json/protocol", s.ID, rest))
 	}
+}
+
+// devtoolsTarget reads page/{targetId}: the id unescaped, one path segment
+// that is not a dot segment (JoinPath would clean "..", and the request
+// would reach another DevTools path than the page's).
+func devtoolsTarget(rest string) (string, bool) {
+	esc, ok := strings.CutPrefix(rest, "page/")
+	if !ok {
+		return "", false
+	}
+	id, err := url.PathUnescape(esc)
+	if err != nil || id == "" || id == "." || id == ".." || strings.ContainsAny(id, "/\\?#") {
+		return "", false
+	}
+	return id, true
 }
 
 // errAerokubeDevTools is port 7070's 200 without JSON to a /json/… request:

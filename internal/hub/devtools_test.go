@@ -58,7 +58,7 @@ func TestDevToolsThroughHub(t *testing.T) {
 	if caps["se:cdp"] != "ws://"+host+"/devtools/"+id+"/" {
 		t.Fatalf("se:cdp %v", caps["se:cdp"])
 	}
-	for path, want := range map[string]string{"/": "/devtools/browser/b-1", "/browser": "/devtools/browser/b-1", "/page": "/devtools/page/p-1", "/page/p-7": "/devtools/page/p-7"} {
+	for path, want := range map[string]string{"/": "/devtools/browser/b-1", "/browser": "/devtools/browser/b-1", "/page": "/devtools/page/p-1", "/page/p-7": "/devtools/page/p-7", "/page/p-7/": "/devtools/page/p-7", "/page/p%2D8": "/devtools/page/p-8"} {
 		ws, err := websocket.Dial("ws://"+host+"/devtools/"+id+path, "", "http://elsewhere.example/")
 		if err != nil {
 			t.Fatalf("%s: %v", path, err)
@@ -81,9 +81,19 @@ func TestDevToolsThroughHub(t *testing.T) {
 	if resp.StatusCode != 200 || string(proto) != devToolsProtocol || !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
 		t.Fatalf("/json/protocol: %d %q, %d bytes; want the browser's %d", resp.StatusCode, resp.Header.Get("Content-Type"), len(proto), len(devToolsProtocol))
 	}
-	_, list := f.do("GET", "/devtools/"+id+"/json/version", "")
-	if list["webSocketDebuggerUrl"] != "ws://"+host+"/devtools/"+id+"/browser" {
-		t.Fatalf("/json/version points past the hub: %v", list)
+	// With the slash Playwright's connectOverCDP adds, too.
+	for _, p := range []string{"/json/version", "/json/version/"} {
+		_, list := f.do("GET", "/devtools/"+id+p, "")
+		if list["webSocketDebuggerUrl"] != "ws://"+host+"/devtools/"+id+"/browser" {
+			t.Fatalf("%s points past the hub: %v", p, list)
+		}
+	}
+	// A target id is one segment: none that JoinPath would clean into
+	// another DevTools path.
+	for _, p := range []string{"/page/..%2F..%2Fjson%2Fversion", "/page/..", "/page/%2e%2e", "/page/a%2Fb", "/page/a%3Fb"} {
+		if resp, body := f.do("GET", "/devtools/"+id+p, ""); resp.StatusCode != 404 {
+			t.Errorf("%s: %d %v, want 404", p, resp.StatusCode, body)
+		}
 	}
 	// The socket closes when the session ends.
 	ws, err := websocket.Dial("ws://"+host+"/devtools/"+id+"/page", "", "http://localhost/")

@@ -301,11 +301,17 @@ func userOf(r *http.Request) string {
 
 // sees reports whether the request's user may see and drive s.
 func (h *Hub) sees(r *http.Request, s *session.Session) bool {
+	return h.mayKnow(r, s.Owner)
+}
+
+// mayKnow reports whether r's user may know of owner's sessions: without
+// -htpasswd anyone, else the owner and the admins.
+func (h *Hub) mayKnow(r *http.Request, owner string) bool {
 	if h.opts.Auth == nil || !h.opts.Auth.Enabled() {
 		return true
 	}
 	u := userOf(r)
-	return s.Owner == u || h.opts.Auth.Admin(u)
+	return owner == u || h.opts.Auth.Admin(u)
 }
 
 // dotSegment reports whether an escaped path has a segment that is "." or ".."

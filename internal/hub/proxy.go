@@ -184,7 +184,7 @@ func (h *Hub) beginID(w http.ResponseWriter, r *http.Request, id string) (*sessi
 		return nil, false
 	}
 	msg := fmt.Sprintf("session %s is not known to this hub: it never existed here or ended long ago", id)
-	if why, ok := h.sessions.Ended(id); ok {
+	if why, owner, ok := h.sessions.EndedOwned(id); ok && h.mayKnow(r, owner) {
 		msg = fmt.Sprintf("session %s has ended: %s", id, why)
 	}
 	webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidSessionID, msg)

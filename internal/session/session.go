@@ -116,9 +116,9 @@ type Registry struct {
 
 	mu       sync.Mutex
 	sessions map[string]*Session
-	recent   map[string]string // id → why it ended
-	order    []string          // ids in recent, oldest first
-	wg       sync.WaitGroup    // Ends in progress
+	recent   map[string]endedRecord // id → why it ended, and whose it was
+	order    []string               // ids in recent, oldest first
+	wg       sync.WaitGroup         // Ends in progress
 }
 
 // New returns an empty registry with its metrics registered on reg (if not nil).
@@ -129,7 +129,7 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Registr
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	r := &Registry{opts: opts, log: logger, sessions: map[string]*Session{}, recent: map[string]string{}}
+	r := &Registry{opts: opts, log: logger, sessions: map[string]*Session{}, recent: map[string]endedRecord{}}
 	r.ended = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "websummoner_sessions_ended_total",
 		Help: "Sessions ended, by reason: deleted, timeout (idle), lifetime, crashed, client_gone, shutdown.",
@@ -319,7 +319,7 @@ func (r *Registry) rememberLocked(id, reason string, s *Session) {
 		ReasonClientGone: "its client disconnected before the session was created",
 		ReasonShutdown:   "the hub is shutting down",
 	}[reason]
-	r.recent[id] = why
+	r.recent[id] = endedRecord{why: why, owner: s.Owner}
 	r.order = append(r.order, id)
 	if len(r.order) > r.opts.Remember {
 		delete(r.recent, r.order[0])
@@ -347,12 +347,22 @@ func (r *Registry) IdleFor(s *Session) time.Duration {
 	return time.Since(last)
 }
 
+// endedRecord is what is remembered of an ended session.
+type endedRecord struct{ why, owner string }
+
 // Ended says why a recently ended session ended.
 func (r *Registry) Ended(id string) (string, bool) {
+	why, _, ok := r.EndedOwned(id)
+	return why, ok
+}
+
+// EndedOwned is Ended with the session's owner: why it ended is its
+// owner's to know, not any user's who guesses its id.
+func (r *Registry) EndedOwned(id string) (why, owner string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	why, ok := r.recent[id]
-	return why, ok
+	e, ok := r.recent[id]
+	return e.why, e.owner, ok
 }
 
 // List returns the live sessions, oldest first.
