@@ -367,7 +367,7 @@ func (h *Hub) register(c *creation) error {
 	if c.ctx.Err() != nil {
 		// Created after the client left: nobody will ever delete it. The
 		// registry's end logs it as CLIENT_DISCONNECTED.
-		h.sessions.End(c.driver.ID, session.ReasonClientGone)
+		h.sessions.End(s, session.ReasonClientGone)
 		return errClientGoneLogged
 	}
 	return nil

@@ -115,7 +115,7 @@ func (h *Hub) deleteSession(w http.ResponseWriter, r *http.Request) {
 	defer func() { // every exit, a panic included, releases what DELETE holds
 		if !ended {
 			h.sessions.Done(s)
-			h.sessions.End(s.ID, session.ReasonDeleted)
+			h.sessions.End(s, session.ReasonDeleted)
 		}
 	}()
 	status, body := h.forwardDelete(r, s)
@@ -130,7 +130,7 @@ func (h *Hub) deleteSession(w http.ResponseWriter, r *http.Request) {
 	// the session is no longer found, so no command reaches a dying browser.
 	removed := make(chan struct{})
 	go func() {
-		if !h.sessions.EndThen(s.ID, session.ReasonDeleted, func() { close(removed) }) {
+		if !h.sessions.EndThen(s, session.ReasonDeleted, func() { close(removed) }) {
 			close(removed) // another end path (idle timeout, crash) took it meanwhile
 		}
 	}()
@@ -240,7 +240,7 @@ func (h *Hub) commandError(w http.ResponseWriter, r *http.Request, s *session.Se
 	}
 	select {
 	case <-s.Instance.Exited():
-		h.sessions.End(s.ID, session.ReasonCrashed)
+		h.sessions.End(s, session.ReasonCrashed)
 		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidSessionID,
 			fmt.Sprintf("session %s has ended: the browser exited (%s)", s.ID, s.Instance.ExitReason()))
 		return

@@ -167,13 +167,13 @@ func (r *Registry) Add(s *Session, slot Releaser) error {
 		s.idle = time.AfterFunc(s.Idle, func() { r.idleCheck(s) })
 	}
 	if r.opts.MaxLifetime > 0 {
-		s.life = time.AfterFunc(r.opts.MaxLifetime, func() { r.End(s.ID, ReasonLifetime) })
+		s.life = time.AfterFunc(r.opts.MaxLifetime, func() { r.End(s, ReasonLifetime) })
 	}
 	r.mu.Unlock()
 	go func() {
 		select {
 		case <-s.Instance.Exited():
-			r.End(s.ID, ReasonCrashed)
+			r.End(s, ReasonCrashed)
 		case <-s.ended:
 		}
 	}()
@@ -232,10 +232,7 @@ func (r *Registry) Touch(s *Session) {
 // had been reset each time. The check and the end are one step under the
 // registry's lock, so a command that has begun is never cut off by it.
 func (r *Registry) idleCheck(s *Session) {
-	r.endThen(s.ID, ReasonIdle, nil, func(found *Session) bool {
-		if found != s {
-			return false
-		}
+	r.endThen(s, ReasonIdle, nil, func() bool {
 		wait := s.Idle // a command is running: look again a whole timeout on
 		if s.inflight == 0 {
 			last := s.lastDone
@@ -253,23 +250,25 @@ func (r *Registry) idleCheck(s *Session) {
 }
 
 // End ends a live session for reason: it stops the browser, releases the slot,
-// counts and logs, once. It returns false if the session was not live.
-func (r *Registry) End(id, reason string) bool { return r.EndThen(id, reason, nil) }
+// counts and logs, once. It returns false if the session was not live. It
+// takes the session, not its id: a driver may give a later session the id of
+// one that has ended, and a late end of the first must not end the second.
+func (r *Registry) End(s *Session, reason string) bool { return r.EndThen(s, reason, nil) }
 
 // EndThen is End, calling removed (if not nil) once the session is no longer
 // found — a command for it is refused from then on — and before its browser is
 // stopped: DELETE answers its client there, so the teardown that follows costs
 // the client nothing, while the slot stays held until the teardown is done.
-func (r *Registry) EndThen(id, reason string, removed func()) bool {
-	return r.endThen(id, reason, removed, nil)
+func (r *Registry) EndThen(s *Session, reason string, removed func()) bool {
+	return r.endThen(s, reason, removed, nil)
 }
 
 // endThen is EndThen for a session that still (if not nil) says, under the
 // registry's lock, is to end.
-func (r *Registry) endThen(id, reason string, removed func(), still func(*Session) bool) bool {
+func (r *Registry) endThen(s *Session, reason string, removed func(), still func() bool) bool {
+	id := s.ID
 	r.mu.Lock()
-	s, ok := r.sessions[id]
-	if !ok || still != nil && !still(s) {
+	if r.sessions[id] != s || still != nil && !still() {
 		r.mu.Unlock()
 		return false
 	}
@@ -389,7 +388,7 @@ func (r *Registry) Len() int {
 func (r *Registry) EndAll(reason string) {
 	var wg sync.WaitGroup
 	for _, s := range r.List() {
-		wg.Go(func() { r.End(s.ID, reason) })
+		wg.Go(func() { r.End(s, reason) })
 	}
 	wg.Wait()
 	r.wg.Wait()

@@ -128,10 +128,14 @@ func TestCrashEndsSession(t *testing.T) {
 func TestEndExactlyOnce(t *testing.T) {
 	for range 100 {
 		r, _ := setup(t, Options{})
-		inst, slot := add(t, r, "a", time.Microsecond)
+		inst, slot := newFake(), &countingSlot{}
+		s := &Session{ID: "a", Instance: inst, Idle: time.Microsecond, Started: time.Now()}
+		if err := r.Add(s, slot); err != nil {
+			t.Fatal(err)
+		}
 		var wg sync.WaitGroup
 		for _, reason := range []string{ReasonDeleted, ReasonShutdown, ReasonClientGone} {
-			wg.Go(func() { r.End("a", reason) })
+			wg.Go(func() { r.End(s, reason) })
 		}
 		wg.Go(inst.crash)
 		wg.Wait()
@@ -149,6 +153,24 @@ func TestEndExactlyOnce(t *testing.T) {
 	}
 }
 
+// A driver may give a new session the id of one that has ended: a late end of
+// the first (a DELETE answered slowly, a crash noticed late) leaves the second.
+func TestEndIsOfTheSessionNotItsID(t *testing.T) {
+	r, _ := setup(t, Options{})
+	add(t, r, "a", 0)
+	old, _ := r.Get("a")
+	if !r.End(old, ReasonDeleted) {
+		t.Fatal("the first session did not end")
+	}
+	inst, slot := add(t, r, "a", 0)
+	if r.End(old, ReasonCrashed) || r.EndThen(old, ReasonDeleted, func() { t.Error("removed called for another session") }) {
+		t.Fatal("a late end of the first session ended the second")
+	}
+	if s, ok := r.Get("a"); !ok || s == old || inst.stops.Load() != 0 || slot.n.Load() != 0 {
+		t.Fatalf("the second session: live %v, stops %d, releases %d", ok, inst.stops.Load(), slot.n.Load())
+	}
+}
+
 func TestDuplicateAndRemember(t *testing.T) {
 	r, _ := setup(t, Options{Remember: 2})
 	add(t, r, "a", 0)
@@ -159,7 +181,8 @@ func TestDuplicateAndRemember(t *testing.T) {
 		add(t, r, id, 0)
 	}
 	for _, id := range []string{"a", "b", "c"} {
-		r.End(id, ReasonDeleted)
+		s, _ := r.Get(id)
+		r.End(s, ReasonDeleted)
 	}
 	if _, ok := r.Ended("a"); ok {
 		t.Fatal("remembered more than Remember")
