@@ -2,6 +2,7 @@ package hub
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -190,4 +192,63 @@ func TestWithScreen(t *testing.T) {
 	if out := string(withScreen([]byte(ff), "1280x1024")); strings.Contains(out, "window-size") {
 		t.Fatalf("firefox got Chromium arguments: %s", out)
 	}
+}
+
+// A VNC viewer that has stopped reading while the screen streams blocks the
+// copy's write to it; the session's end still closes the socket and ends the
+// handler (Close alone waited for that write's lock for ever).
+func TestNonReadingVNCViewerEndsWithItsSession(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	// A screen that never stops changing. It says when its writes have
+	// stalled, which is when the hub's copy to the viewer is blocked. If load
+	// makes it say so early, the test only checks less: it cannot fail the hub.
+	stalled := make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		frame := make([]byte, 64<<10)
+		for idle := 0; ; {
+			_ = c.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+			n, err := c.Write(frame)
+			switch {
+			case n > 0:
+				idle = 0
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				if idle++; idle == 3 {
+					close(stalled)
+				}
+			}
+			if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+				return
+			}
+		}
+	}()
+	vnc := &url.URL{Scheme: "vnc", Host: ln.Addr().String()}
+	l := &stubLauncher{sides: func(e *launcher.Endpoints) { e.VNC = vnc }}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	_, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"enableVNC":true}}}}`)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	cfg, err := websocket.NewConfig("ws://"+strings.TrimPrefix(f.srv.URL, "http://")+"/vnc/"+id, "http://ui.elsewhere.example/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A small receive buffer: the viewer's side fills at once.
+	cfg.Dialer = &net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	ws, err := websocket.DialConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	<-stalled                          // the viewer has read nothing
+	f.do("DELETE", "/session/"+id, "") // answered at once; the viewer's socket must close with the session
+	f.ev.Wait(t, "[VNC] [closed]", time.Minute)
 }

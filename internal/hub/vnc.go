@@ -71,8 +71,11 @@ func (h *Hub) vnc(w http.ResponseWriter, r *http.Request) {
 			case <-s.Ended():
 			case <-ctx.Done():
 			}
-			ws.Close()
+			// A viewer that has stopped reading blocks the copy's write to
+			// it, and Close waits for that write's lock: cut the write first.
+			_ = ws.SetWriteDeadline(time.Now())
 			conn.Close()
+			ws.Close()
 			<-done
 			<-done
 		},
