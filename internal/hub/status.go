@@ -40,11 +40,15 @@ type statusQuota struct {
 
 func (h *Hub) selenoidStatus(w http.ResponseWriter, r *http.Request) {
 	st := h.queue.Stats()
+	pending := int(h.pending.Load())
 	writeJSON(w, http.StatusOK, map[string]any{
-		"total":    st.Limit,
-		"used":     st.InUse,
+		"total": st.Limit,
+		// As Selenoid counts: a starting session is pending, not used, so
+		// that total - used - pending is what is free (selenoid-ui and
+		// capacity scripts compute it so).
+		"used":     max(st.InUse-pending, 0),
 		"queued":   st.Waiting,
-		"pending":  int(h.pending.Load()),
+		"pending":  pending,
 		"browsers": h.statusBrowsers(r),
 		"queue": map[string]any{
 			"congested":         st.Congested,

@@ -28,3 +28,25 @@ func TestStatusHidesOthersContainer(t *testing.T) {
 		}
 	}
 }
+
+// A session being started is pending, not used, as Selenoid counts it: total
+// - used - pending is the free slots.
+func TestStatusCountsAStartAsPendingOnly(t *testing.T) {
+	l := &stubLauncher{block: make(chan struct{}), entered: make(chan struct{}, 1)}
+	f := newFixture(t, queue.Options{Limit: 2}, Options{}, l)
+	created := make(chan struct{})
+	go func() {
+		defer close(created)
+		f.do("POST", "/session", w3cChrome)
+	}()
+	<-l.entered
+	_, st := f.do("GET", "/status", "")
+	if st["used"] != 0.0 || st["pending"] != 1.0 || st["total"] != 2.0 {
+		t.Errorf("during the start: used %v pending %v total %v, want 0, 1, 2", st["used"], st["pending"], st["total"])
+	}
+	close(l.block)
+	<-created
+	if _, st = f.do("GET", "/status", ""); st["used"] != 1.0 || st["pending"] != 0.0 {
+		t.Errorf("after the start: used %v pending %v, want 1, 0", st["used"], st["pending"])
+	}
+}
