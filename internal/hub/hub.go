@@ -351,16 +351,26 @@ func (h *Hub) routes() *mux.Router {
 		sr.HandleFunc("/session/{id}/", h.deleteSession).Methods(http.MethodDelete)
 		sr.HandleFunc("/session/{id}/se/bidi", h.bidi)
 		sr.HandleFunc("/session/{id}/se/files", h.gridFiles)
+		// Selenoid's alias: aerokube/X/… is its own /X/{id}/…, path.Clean'd,
+		// so either spelling of the slash serves. routed (proxy.go) must send
+		// these paths here rather than to the driver.
+		sr.HandleFunc("/session/{id}/aerokube/download", h.downloadsNoSlash)
 		sr.HandleFunc("/session/{id}/aerokube/download/", h.downloads)
 		sr.HandleFunc("/session/{id}/aerokube/download/{file}", h.downloads)
+		sr.HandleFunc("/session/{id}/aerokube/clipboard", h.clipboard)
+		sr.HandleFunc("/session/{id}/aerokube/clipboard/", h.clipboard)
 		sr.HandleFunc("/session/{id}", h.proxyCommand)
 		sr.PathPrefix("/session/{id}/").HandlerFunc(h.proxyCommand) // "/session/{id}/" itself
 	}
 	r.HandleFunc("/logs/", h.logs)
 	r.HandleFunc("/logs/{name}", h.logs)
+	// Selenoid lists at /download/{id} too, and takes /clipboard/{id}/: its
+	// handlers pass whatever follows the id to the file server and xseld.
+	r.HandleFunc("/download/{id}", h.downloadsNoSlash)
 	r.HandleFunc("/download/{id}/", h.downloads)
 	r.HandleFunc("/download/{id}/{file}", h.downloads)
 	r.HandleFunc("/clipboard/{id}", h.clipboard)
+	r.HandleFunc("/clipboard/{id}/", h.clipboard)
 	r.HandleFunc("/vnc/{id}", h.vnc)
 	r.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently)).Methods(http.MethodGet)
 	r.HandleFunc("/ui/state", h.uiState).Methods(http.MethodGet)
@@ -369,13 +379,21 @@ func (h *Hub) routes() *mux.Router {
 	r.HandleFunc("/video/{name}", h.video)
 	r.HandleFunc("/devtools/{id}", h.devtools)
 	r.HandleFunc("/devtools/{id}/{rest:.*}", h.devtools)
-	r.HandleFunc("/wd/hub/status", h.w3cStatus).Methods(http.MethodGet)
-	r.HandleFunc("/status", h.selenoidStatus).Methods(http.MethodGet)
-	r.HandleFunc("/ping", h.ping).Methods(http.MethodGet)
-	r.HandleFunc("/healthz", h.healthz).Methods(http.MethodGet)
-	r.HandleFunc("/readyz", h.readyz).Methods(http.MethodGet)
-	r.HandleFunc("/", h.welcome).Methods(http.MethodGet)
-	r.HandleFunc("/welcome", h.welcome).Methods(http.MethodGet)
+	// Probes and the welcome page take HEAD (curl -I, wget --spider; Go's
+	// server drops the body) and OPTIONS (HAProxy's default "option httpchk"
+	// is OPTIONS /); other methods stay 405. /wd/hub and /wd/hub/ are
+	// Selenoid's welcome too (it redirects the first to the second).
+	for _, p := range []struct {
+		path string
+		fn   http.HandlerFunc
+	}{
+		{"/wd/hub/status", h.w3cStatus}, {"/status", h.selenoidStatus}, {"/ping", h.ping},
+		{"/healthz", h.healthz}, {"/readyz", h.readyz},
+		{"/", h.welcome}, {"/welcome", h.welcome}, {"/wd/hub", h.welcome}, {"/wd/hub/", h.welcome},
+	} {
+		r.HandleFunc(p.path, p.fn).Methods(http.MethodGet, http.MethodHead)
+		r.HandleFunc(p.path, probeOptions).Methods(http.MethodOptions)
+	}
 	r.HandleFunc("/error", h.errorPage)
 	if h.opts.Metrics != nil {
 		r.Handle("/metrics", h.opts.Metrics)
@@ -386,6 +404,29 @@ func (h *Hub) routes() *mux.Router {
 	})
 	r.MethodNotAllowedHandler = http.HandlerFunc(methodNotAllowed)
 	return r
+}
+
+// probeOptions answers OPTIONS on a probe: 200, as a health check expects.
+func probeOptions(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Allow", "GET, HEAD, OPTIONS")
+	w.WriteHeader(http.StatusOK)
+}
+
+// downloadsNoSlash is the download listing asked for without its trailing
+// slash, which Selenoid lists too. The HTML page's links are relative to the
+// slash spelling, so a browser is sent there first; a script (?json, or any
+// other Accept) gets the listing, as from Selenoid. The Location is an
+// absolute path: a relative one would begin with the id, which may hold ':'.
+func (h *Hub) downloadsNoSlash(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && !r.URL.Query().Has("json") && strings.Contains(r.Header.Get("Accept"), "text/html") {
+		to := r.URL.EscapedPath() + "/"
+		if r.URL.RawQuery != "" {
+			to += "?" + r.URL.RawQuery
+		}
+		http.Redirect(w, r, to, http.StatusMovedPermanently)
+		return
+	}
+	h.downloads(w, r)
 }
 
 func methodNotAllowed(w http.ResponseWriter, r *http.Request) {

@@ -39,8 +39,10 @@ func commandPath(path string) (id, rest string, ok bool) {
 
 // routed reports whether a session's path is an endpoint of the hub's own,
 // served by the router, rather than a command passed to the driver.
+// aerokube/… is Selenoid's vendor prefix, never a driver's: the router serves
+// the aliases it has and passes any other to the driver as before.
 func routed(rest string) bool {
-	return rest == "se/bidi" || rest == "se/files" || strings.HasPrefix(rest, "aerokube/download/")
+	return rest == "se/bidi" || rest == "se/files" || strings.HasPrefix(rest, "aerokube/")
 }
 
 // proxyCommand is command for the router's /session/{id} and /session/{id}/.
