@@ -140,6 +140,25 @@ func (u upgrades) RoundTrip(r *http.Request) (*http.Response, error) {
 	return &http.Response{StatusCode: http.StatusSwitchingProtocols, Header: h, Body: near, Request: r, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
 }
 
+// openSocket asks the hub for a WebSocket on path (with the headers hdr, in
+// pairs) over an in-memory connection: the client's end of it, and a channel
+// closed when the handler has returned.
+func openSocket(f *fixture, path string, hdr ...string) (net.Conn, <-chan struct{}) {
+	client, server := net.Pipe()
+	req := httptest.NewRequest("GET", path, nil)
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Connection", "Upgrade")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		f.hub.ServeHTTP(hijackable{ResponseWriter: httptest.NewRecorder(), conn: server}, req)
+	}()
+	return client, served
+}
+
 // hijackable is a client's connection as the hub's handler sees it.
 type hijackable struct {
 	http.ResponseWriter
@@ -164,15 +183,7 @@ func TestDevToolsTrafficKeepsSessionAlive(t *testing.T) {
 		_, body := f.do("POST", "/session", w3cChrome)
 		id := body["value"].(map[string]any)["sessionId"].(string)
 
-		client, server := net.Pipe()
-		req := httptest.NewRequest("GET", "/devtools/"+id+"/page/p-1", nil)
-		req.Header.Set("Upgrade", "websocket")
-		req.Header.Set("Connection", "Upgrade")
-		served := make(chan struct{})
-		go func() {
-			defer close(served)
-			f.hub.ServeHTTP(hijackable{ResponseWriter: httptest.NewRecorder(), conn: server}, req)
-		}()
+		client, served := openSocket(f, "/devtools/"+id+"/page/p-1")
 		devtools := <-peers
 		var mu sync.Mutex
 		var got []byte
@@ -283,15 +294,7 @@ func TestNonReadingSocketEndsWithItsSession(t *testing.T) {
 		_, body := f.do("POST", "/session", w3cChrome)
 		id := body["value"].(map[string]any)["sessionId"].(string)
 
-		client, server := net.Pipe()
-		req := httptest.NewRequest("GET", "/devtools/"+id+"/page/p-1", nil)
-		req.Header.Set("Upgrade", "websocket")
-		req.Header.Set("Connection", "Upgrade")
-		served := make(chan struct{})
-		go func() {
-			defer close(served)
-			f.hub.ServeHTTP(hijackable{ResponseWriter: httptest.NewRecorder(), conn: server}, req)
-		}()
+		client, served := openSocket(f, "/devtools/"+id+"/page/p-1")
 		devtools := <-peers
 		defer devtools.Close()
 		head := make([]byte, 4096)
@@ -301,22 +304,9 @@ func TestNonReadingSocketEndsWithItsSession(t *testing.T) {
 		// The browser sends events; the client reads none of them.
 		go func() { _, _ = devtools.Write(make([]byte, 1<<16)) }()
 		synctest.Wait()
-		f.sess.EndAll("shutdown")
-		synctest.Wait()
-		select {
-		case <-served:
-		default:
-			client.Close()
-			<-served
-			t.Fatal("the socket's handler outlived its session: a client that stops reading held it")
-		}
+		endsWithItsSession(t, f, client, served)
 		if _, err := client.Read(head); err == nil {
 			t.Error("the client's connection is still open after its session ended")
-		}
-		f.hub.side.mu.Lock()
-		defer f.hub.side.mu.Unlock()
-		if len(f.hub.side.bySession) != 0 || len(f.hub.side.byClient) != 0 {
-			t.Errorf("side channels still counted: %v %v", f.hub.side.bySession, f.hub.side.byClient)
 		}
 	})
 }
@@ -331,17 +321,7 @@ func TestNonReadingLogViewerEndsWithItsSession(t *testing.T) {
 		_, body := f.do("POST", "/session", w3cChrome)
 		id := body["value"].(map[string]any)["sessionId"].(string)
 
-		client, server := net.Pipe()
-		req := httptest.NewRequest("GET", "/logs/"+id, nil)
-		req.Header.Set("Upgrade", "websocket")
-		req.Header.Set("Connection", "Upgrade")
-		req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
-		req.Header.Set("Sec-WebSocket-Version", "13")
-		served := make(chan struct{})
-		go func() {
-			defer close(served)
-			f.hub.ServeHTTP(hijackable{ResponseWriter: httptest.NewRecorder(), conn: server}, req)
-		}()
+		client, served := openSocket(f, "/logs/"+id, "Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version", "13")
 		head := make([]byte, 4096)
 		if n, err := client.Read(head); err != nil || !strings.Contains(string(head[:n]), "101") {
 			t.Fatalf("no 101 for the viewer: %q %v", head[:n], err)
@@ -349,19 +329,26 @@ func TestNonReadingLogViewerEndsWithItsSession(t *testing.T) {
 		synctest.Wait()
 		out.Write(make([]byte, 1<<16)) // the viewer reads none of it
 		synctest.Wait()
-		f.sess.EndAll("shutdown")
-		synctest.Wait()
-		select {
-		case <-served:
-		default:
-			client.Close()
-			<-served
-			t.Fatal("the live log's handler outlived its session: a viewer that stops reading held it")
-		}
-		f.hub.side.mu.Lock()
-		defer f.hub.side.mu.Unlock()
-		if len(f.hub.side.bySession) != 0 || len(f.hub.side.byClient) != 0 {
-			t.Errorf("side channels still counted: %v %v", f.hub.side.bySession, f.hub.side.byClient)
-		}
+		endsWithItsSession(t, f, client, served)
 	})
+}
+
+// endsWithItsSession ends every session and checks, in fake time, that the
+// side channel served went with it: its handler returned, its count given back.
+func endsWithItsSession(t *testing.T, f *fixture, client net.Conn, served <-chan struct{}) {
+	t.Helper()
+	f.sess.EndAll("shutdown")
+	synctest.Wait()
+	select {
+	case <-served:
+	default:
+		client.Close()
+		<-served
+		t.Fatal("the side channel's handler outlived its session: a client that stops reading held it")
+	}
+	f.hub.side.mu.Lock()
+	defer f.hub.side.mu.Unlock()
+	if len(f.hub.side.bySession) != 0 || len(f.hub.side.byClient) != 0 {
+		t.Errorf("side channels still counted: %v %v", f.hub.side.bySession, f.hub.side.byClient)
+	}
 }
