@@ -102,14 +102,15 @@ func (h *Hub) devtools(w http.ResponseWriter, r *http.Request) {
 
 // devtoolsTarget reads page/{targetId}: the id unescaped, one path segment
 // that is not a dot segment (JoinPath would clean "..", and the request
-// would reach another DevTools path than the page's).
+// would reach another DevTools path than the page's), and holds no '%'
+// (it is sent unescaped: "%252F" would become a '/' there).
 func devtoolsTarget(rest string) (string, bool) {
 	esc, ok := strings.CutPrefix(rest, "page/")
 	if !ok {
 		return "", false
 	}
 	id, err := url.PathUnescape(esc)
-	if err != nil || id == "" || id == "." || id == ".." || strings.ContainsAny(id, "/\\?#") {
+	if err != nil || id == "" || id == "." || id == ".." || strings.ContainsAny(id, "/\\?#%") {
 		return "", false
 	}
 	return id, true

@@ -90,7 +90,7 @@ func TestDevToolsThroughHub(t *testing.T) {
 	}
 	// A target id is one segment: none that JoinPath would clean into
 	// another DevTools path.
-	for _, p := range []string{"/page/..%2F..%2Fjson%2Fversion", "/page/..", "/page/%2e%2e", "/page/a%2Fb", "/page/a%3Fb"} {
+	for _, p := range []string{"/page/..%2F..%2Fjson%2Fversion", "/page/..", "/page/%2e%2e", "/page/a%2Fb", "/page/a%3Fb", "/page/..%252Fbrowser%252Fx", "/page/%252e%252e"} {
 		if resp, body := f.do("GET", "/devtools/"+id+p, ""); resp.StatusCode != 404 {
 			t.Errorf("%s: %d %v, want 404", p, resp.StatusCode, body)
 		}

@@ -77,10 +77,11 @@ func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {
 				cancel()
 			}()
 			// An ended follow unblocks Follow's write to a viewer that has
-			// stopped reading (Close would wait for that write's lock).
+			// stopped reading (Close would wait for that write's lock); one
+			// that reads gets the rest and the close frame within the grace.
 			go func() {
 				<-ctx.Done()
-				_ = c.SetWriteDeadline(time.Now())
+				_ = c.SetWriteDeadline(time.Now().Add(sideChannelCloseGrace))
 			}()
 			_ = src.Follow(ctx, c)
 			c.Close()
@@ -90,8 +91,11 @@ func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	// A stream is not followed by another request on its connection, which
-	// keeps the write deadline below from outliving it.
-	w.Header().Set("Connection", "close")
+	// keeps the write deadline below from outliving it. (HTTP/2's deadlines
+	// are a stream's, and there the header would close every stream.)
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
 	w.WriteHeader(http.StatusOK)
 	// The answer's head goes at once: a viewer knows it is following before
 	// the session writes anything.
@@ -104,8 +108,8 @@ func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {
 	_ = src.Follow(ctx, flushWriter{w})
 }
 
-// sideChannelCloseGrace is how long a plain-HTTP live log that has ended may
-// take to reach its viewer before its connection is cut.
+// sideChannelCloseGrace is how long a live log or VNC socket that has ended
+// may take to reach its viewer before its connection is cut.
 const sideChannelCloseGrace = 5 * time.Second
 
 // flushWriter sends each write at once.

@@ -65,15 +65,23 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 	}
 	defer h.sessions.Done(s)
 	if r.Header.Get("Upgrade") != "" && httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade") {
-		// A socket to the driver is a side channel: counted against the caps,
-		// shed near the descriptor limit, closed when the session ends, and
-		// not holding the idle timer. A command holds the timer and is none
-		// of those, so no socket is opened through it (chromedriver serves
-		// BiDi at /session/{id} itself). The test is ReverseProxy's own for
-		// an upgrade: an Upgrade header alone is dropped as hop-by-hop.
-		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnknownCommand,
-			fmt.Sprintf("%s %s asks for a protocol upgrade (%s), which is not a WebDriver command: open WebDriver BiDi at /session/{id}/se/bidi, the webSocketUrl the hub answered, and Chrome DevTools at /devtools/{id}", r.Method, r.URL.Path, r.Header.Get("Upgrade")))
-		return
+		if httpguts.HeaderValuesContainsToken(r.Header["Upgrade"], "websocket") {
+			// A socket to the driver is a side channel: counted against the
+			// caps, shed near the descriptor limit, closed when the session
+			// ends, and not holding the idle timer. A command holds the timer
+			// and is none of those, so no socket is opened through it
+			// (chromedriver serves BiDi at /session/{id} itself).
+			webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnknownCommand,
+				fmt.Sprintf("%s %s asks for a WebSocket, which is not a WebDriver command: open WebDriver BiDi at /session/{id}/se/bidi, the webSocketUrl the hub answered, and Chrome DevTools at /devtools/{id}", r.Method, r.URL.Path))
+			return
+		}
+		// Any other upgrade is an offer a command goes on without: Java's
+		// HttpClient offers h2c on each new connection's first request, and
+		// a server that does not take it answers in HTTP/1.1. Dropped here,
+		// so that nothing is ever tunnelled through the command path.
+		r.Header.Del("Upgrade")
+		r.Header.Del("Http2-Settings")
+		r.Header.Del("Connection")
 	}
 	if isUpload(r) {
 		if r.ContentLength > h.opts.MaxUploadSize {

@@ -273,6 +273,12 @@ func TestNoUpgradeThroughTheCommandPath(t *testing.T) {
 			t.Fatal("an upgrade through the command path reached the driver")
 		default:
 		}
+		// Java's HttpClient offers h2c on a new connection's first request:
+		// the command goes on in HTTP/1.1, without the offer.
+		resp, body := f.do("GET", "/session/"+id+"/url", "", "Connection", "Upgrade, HTTP2-Settings", "Upgrade", "h2c", "HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA")
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("a command offering h2c: %d %v", resp.StatusCode, body)
+		}
 		time.Sleep(61 * time.Second) // the refusals held nothing: the session idles out
 		synctest.Wait()
 		if f.sess.Len() != 0 {
@@ -338,6 +344,7 @@ func TestNonReadingLogViewerEndsWithItsSession(t *testing.T) {
 func endsWithItsSession(t *testing.T, f *fixture, client net.Conn, served <-chan struct{}) {
 	t.Helper()
 	f.sess.EndAll("shutdown")
+	time.Sleep(sideChannelCloseGrace) // what a socket gets to finish (fake time)
 	synctest.Wait()
 	select {
 	case <-served:

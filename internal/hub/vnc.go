@@ -72,8 +72,9 @@ func (h *Hub) vnc(w http.ResponseWriter, r *http.Request) {
 			case <-ctx.Done():
 			}
 			// A viewer that has stopped reading blocks the copy's write to
-			// it, and Close waits for that write's lock: cut the write first.
-			_ = ws.SetWriteDeadline(time.Now())
+			// it, and Close waits for that write's lock: the write is cut
+			// after the grace a reading viewer needs for the close frame.
+			_ = ws.SetWriteDeadline(time.Now().Add(sideChannelCloseGrace))
 			conn.Close()
 			ws.Close()
 			<-done

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
 )
 
 // MaxNewSessionAnswer is the largest new-session answer read from a driver. A
@@ -113,13 +114,7 @@ func (e *DriverError) Error() string {
 		prefix = e.Browser + ": "
 	}
 	if e.JSONWireStatus != 0 {
-		var body struct {
-			Value struct {
-				Message string `json:"message"`
-			} `json:"value"`
-		}
-		_ = json.Unmarshal(e.Body, &body) // a value that is no object has no message: the body is quoted
-		msg := Truncate([]byte(body.Value.Message), maxDriverMessage)
+		msg := Truncate([]byte(e.jsonWireMessage()), maxDriverMessage)
 		if msg == "" {
 			msg = Truncate(e.Body, 300)
 		}
@@ -130,7 +125,31 @@ func (e *DriverError) Error() string {
 
 // ClientFault reports whether the driver blamed the request (a 4xx): retrying
 // the same capabilities elsewhere won't help, and the host is not to blame.
-func (e *DriverError) ClientFault() bool { return e.Status >= 400 && e.Status < 500 }
+func (e *DriverError) ClientFault() bool {
+	if e.JSONWireStatus != 0 {
+		// JSONWire has no client-error class: chromedriver in legacy mode
+		// answers a capability it cannot parse with 13 "unknown error", and
+		// only its message tells it from a browser that failed to start.
+		msg := strings.ToLower(e.jsonWireMessage())
+		return e.JSONWireStatus == jsonWireInvalidArgument || strings.Contains(msg, "invalid argument") || strings.Contains(msg, "cannot parse")
+	}
+	return e.Status >= 400 && e.Status < 500
+}
+
+// jsonWireInvalidArgument is JSONWire's status 61, "invalid argument".
+const jsonWireInvalidArgument = 61
+
+// jsonWireMessage is a JSONWire refusal's value.message ("" when its value
+// is no object).
+func (e *DriverError) jsonWireMessage() string {
+	var body struct {
+		Value struct {
+			Message string `json:"message"`
+		} `json:"value"`
+	}
+	_ = json.Unmarshal(e.Body, &body)
+	return body.Value.Message
+}
 
 // W3C returns the driver's W3C error code and message when its body is a W3C
 // error body. A JSONWire refusal has none (ok is false): its HTTP status, 200,

@@ -123,6 +123,18 @@ func TestParseDriverSessionJSONWireRefusal(t *testing.T) {
 			t.Errorf("%s: message %q, want the driver's message %q", answer, e, want.msg)
 		}
 	}
+	// A capability the driver cannot parse is the client's fault: not retried,
+	// not a failed start that would slow every tenant's starts.
+	for _, answer := range []string{
+		`{"status":13,"value":{"message":"unknown error: cannot parse capability: goog:chromeOptions"}}`,
+		`{"status":61,"value":{"message":"bad"}}`,
+		`{"status":13,"value":{"message":"invalid argument: entry 0 of 'firstMatch' is invalid"}}`,
+	} {
+		var de *DriverError
+		if _, err := ParseDriverSession([]byte(answer)); !errors.As(err, &de) || !de.ClientFault() {
+			t.Errorf("%s: %v, want the client's fault", answer, err)
+		}
+	}
 	// Status 0 (or none, or not a number) is a success, as before.
 	for _, answer := range []string{`{"sessionId":"s0","status":0,"value":{}}`, `{"sessionId":"s1","status":null,"value":{}}`, `{"sessionId":"s2","status":"0","value":{}}`} {
 		if ds, err := ParseDriverSession([]byte(answer)); err != nil || ds.ID == "" {
