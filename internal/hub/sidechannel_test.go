@@ -140,6 +140,18 @@ func (u upgrades) RoundTrip(r *http.Request) (*http.Response, error) {
 	return &http.Response{StatusCode: http.StatusSwitchingProtocols, Header: h, Body: near, Request: r, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1}, nil
 }
 
+// devToolsSession is a fixture, in fake time, with one live session whose
+// DevTools endpoint is in memory: each socket opened to it arrives on peers.
+func devToolsSession(t *testing.T, opts Options) (*fixture, string, chan net.Conn) {
+	dt, _ := url.Parse("http://devtools-1:7070")
+	l := &stubLauncher{mem: newMemTransport(), sides: func(e *launcher.Endpoints) { e.DevTools = dt }}
+	f := newFixture(t, queue.Options{Limit: 1}, opts, l)
+	peers := make(chan net.Conn, 1)
+	f.hub.opts.Transport = upgrades{next: l.mem, peers: peers}
+	_, body := f.do("POST", "/session", w3cChrome)
+	return f, body["value"].(map[string]any)["sessionId"].(string), peers
+}
+
 // openSocket asks the hub for a WebSocket on path (with the headers hdr, in
 // pairs) over an in-memory connection: the client's end of it, and a channel
 // closed when the handler has returned.
@@ -175,13 +187,7 @@ func (h hijackable) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // closes with it.
 func TestDevToolsTrafficKeepsSessionAlive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		dt, _ := url.Parse("http://devtools-1:7070")
-		l := &stubLauncher{mem: newMemTransport(), sides: func(e *launcher.Endpoints) { e.DevTools = dt }}
-		f := newFixture(t, queue.Options{Limit: 1}, Options{IdleTimeout: time.Minute}, l)
-		peers := make(chan net.Conn, 1)
-		f.hub.opts.Transport = upgrades{next: l.mem, peers: peers}
-		_, body := f.do("POST", "/session", w3cChrome)
-		id := body["value"].(map[string]any)["sessionId"].(string)
+		f, id, peers := devToolsSession(t, Options{IdleTimeout: time.Minute})
 
 		client, served := openSocket(f, "/devtools/"+id+"/page/p-1")
 		devtools := <-peers
@@ -292,13 +298,7 @@ func TestNoUpgradeThroughTheCommandPath(t *testing.T) {
 // ends the handler and gives back its side-channel count.
 func TestNonReadingSocketEndsWithItsSession(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		dt, _ := url.Parse("http://devtools-1:7070")
-		l := &stubLauncher{mem: newMemTransport(), sides: func(e *launcher.Endpoints) { e.DevTools = dt }}
-		f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
-		peers := make(chan net.Conn, 1)
-		f.hub.opts.Transport = upgrades{next: l.mem, peers: peers}
-		_, body := f.do("POST", "/session", w3cChrome)
-		id := body["value"].(map[string]any)["sessionId"].(string)
+		f, id, peers := devToolsSession(t, Options{})
 
 		client, served := openSocket(f, "/devtools/"+id+"/page/p-1")
 		devtools := <-peers

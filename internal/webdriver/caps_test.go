@@ -93,14 +93,7 @@ func TestMalformed(t *testing.T) {
 		`{"capabilities":{"firstMatch":[1]}}`:                                                           `"firstMatch"[0] must be an object`,
 	}
 	for body, want := range cases {
-		n, err := ParseNewSession([]byte(body))
-		if err == nil {
-			_, err = n.Candidates()
-		}
-		var ae *ArgumentError
-		if !errors.As(err, &ae) || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: err = %v, want an ArgumentError containing %q", body, err, want)
-		}
+		wantArgumentError(t, body, want)
 	}
 }
 
@@ -244,5 +237,19 @@ func TestUnknownVendorOptionsAreIgnored(t *testing.T) {
 	o := cs[0].Options
 	if want := []string{"selenoid:options.moon:extra", "selenoid:options.nmae"}; !reflect.DeepEqual(o.Ignored, want) || o.Name != "n" {
 		t.Fatalf("ignored %v, name %q; want %v and the known name read", o.Ignored, o.Name, want)
+	}
+}
+
+// wantArgumentError checks that body is refused, in parsing or in choosing its
+// candidates, with an ArgumentError whose message holds want.
+func wantArgumentError(t *testing.T, body, want string) {
+	t.Helper()
+	n, err := ParseNewSession([]byte(body))
+	if err == nil {
+		_, err = n.Candidates()
+	}
+	var ae *ArgumentError
+	if !errors.As(err, &ae) || !strings.Contains(err.Error(), want) {
+		t.Errorf("%s: err = %v, want an ArgumentError containing %q", body, err, want)
 	}
 }

@@ -2,9 +2,7 @@ package webdriver
 
 import (
 	"encoding/json"
-	"errors"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 )
@@ -111,13 +109,6 @@ func TestLegacyOptionsChecked(t *testing.T) {
 		`{"desiredCapabilities":{"browserName":"chrome","env":"A=1","selenoid:options":{"name":"x"}}}`:                                                         "desiredCapabilities.env must be an array",
 		`{"desiredCapabilities":{"browserName":"chrome","screenResolution":"1280x720","selenoid:options":{"enableVideo":true,"videoScreenSize":"1920x1080"}}}`: "selenoid:options.videoScreenSize 1920x1080 is larger than the screen (1280x720)",
 	} {
-		n, err := ParseNewSession([]byte(body))
-		if err == nil {
-			_, err = n.Candidates()
-		}
-		var ae *ArgumentError
-		if !errors.As(err, &ae) || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: err = %v, want an ArgumentError containing %q", body, err, want)
-		}
+		wantArgumentError(t, body, want)
 	}
 }
