@@ -79,10 +79,8 @@ func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {
 			// An ended follow unblocks Follow's write to a viewer that has
 			// stopped reading (Close would wait for that write's lock); one
 			// that reads gets the rest and the close frame within the grace.
-			go func() {
-				<-ctx.Done()
-				_ = c.SetWriteDeadline(time.Now().Add(sideChannelCloseGrace))
-			}()
+			stop := context.AfterFunc(ctx, func() { _ = c.SetWriteDeadline(time.Now().Add(sideChannelCloseGrace)) })
+			defer stop()
 			_ = src.Follow(ctx, c)
 			c.Close()
 		}}.ServeHTTP(w, r)
