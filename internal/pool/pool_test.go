@@ -185,8 +185,17 @@ func TestDeadBrowserIsNeverHandedOut(t *testing.T) {
 		p, _ := newPool(t, Options{Size: 2}, f)
 		time.Sleep(5 * time.Second)
 		synctest.Wait()
+		// The two starts finish at the same instant, in either order: the
+		// one Claim will look at first is the one that dies.
+		p.mu.Lock()
+		s := p.stockLocked(chrome)
+		if len(s.ready) != 2 {
+			p.mu.Unlock()
+			t.Fatalf("ready = %d, want 2", len(s.ready))
+		}
+		first, second := s.ready[0].item.(*fakeItem), s.ready[1].item.(*fakeItem)
+		p.mu.Unlock()
 		f.mu.Lock()
-		first, second := f.items[0], f.items[1]
 		first.dead = true // killed while it waited: no answer
 		f.mu.Unlock()
 		it, res := p.Claim(t.Context(), "1", chrome, hit)
