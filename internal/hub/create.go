@@ -85,7 +85,7 @@ type creation struct {
 	// warm says how a warm-pool browser was claimed ("" for none: a cold
 	// start); for a near hit, stale is the pooled session start ends.
 	warm  pool.Result
-	stale string
+	stale webdriver.DriverSession
 }
 
 // createSession is POST /session: parse, resolve, check, admit, start, register.
@@ -316,7 +316,7 @@ func (h *Hub) startAttempts(c *creation) error {
 		}
 		ds, err := h.newDriverSession(c.ctx, inst, forInstance(body, inst), c.browser)
 		if err == nil {
-			h.sizeWindow(c, inst, ds.ID)
+			h.sizeWindow(c, inst, ds)
 			c.inst, c.driver, c.took = inst, ds, time.Since(t0)
 			h.m.startSeconds.WithLabelValues(c.browser.Name, c.browser.Version).Observe(c.took.Seconds())
 			if h.pool != nil {
@@ -347,7 +347,7 @@ func (h *Hub) register(c *creation) error {
 	s := &session.Session{
 		ID: c.driver.ID, Browser: c.browser.Name, Version: c.browser.Version, AskedVersion: c.asked, Name: c.opts.Name, Owner: c.owner,
 		Caps: c.caps, Screen: c.opts.ScreenResolution, VNC: c.opts.EnableVNC && c.inst.Endpoints().VNC != nil,
-		Started: time.Now(), Instance: c.inst, Idle: h.idleFor(c.opts),
+		Started: time.Now(), Instance: c.inst, Idle: h.idleFor(c.opts), DriverPath: c.driver.Path,
 	}
 	if o := c.opts; o.EnableVideo {
 		s.Video = o.VideoName
@@ -413,7 +413,18 @@ func (h *Hub) newDriverSession(ctx context.Context, inst launcher.Instance, body
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.opts.SessionAttemptTimeout)
 	defer cancel()
-	status, data, err := h.driverCall(ctx, http.MethodPost, inst.Endpoints().Driver.JoinPath("session"), body, webdriver.MaxNewSessionAnswer)
+	base := inst.Endpoints().Driver
+	status, data, err := h.driverCall(ctx, http.MethodPost, base.JoinPath("session"), body, webdriver.MaxNewSessionAnswer)
+	var wdHub string
+	if err == nil && status == http.StatusNotFound && b.Path == "" {
+		// An entry without "path" may be an image whose driver (a Selenium
+		// server) listens under /wd/hub: Selenoid tries there once, and the
+		// same browsers.json must work here.
+		wdHub = "/wd/hub"
+		alt := *base
+		alt.Path = wdHub
+		status, data, err = h.driverCall(ctx, http.MethodPost, alt.JoinPath("session"), body, webdriver.MaxNewSessionAnswer)
+	}
 	switch {
 	case errors.Is(err, errTooLarge):
 		return fail(fmt.Sprintf("the driver's new-session answer is larger than %d MiB; a driver's capabilities are kilobytes — check the image", webdriver.MaxNewSessionAnswer>>20), nil, false)
@@ -431,7 +442,18 @@ func (h *Hub) newDriverSession(ctx context.Context, inst launcher.Instance, body
 	if err != nil {
 		return fail("the driver's new-session answer: "+err.Error(), err, false)
 	}
+	ds.Path = wdHub
 	return ds, nil
+}
+
+// driverURL is the URL of elem under the driver of a session ds that inst
+// serves, on the path the driver created the session on.
+func driverURL(inst launcher.Instance, ds webdriver.DriverSession, elem ...string) *url.URL {
+	u := *inst.Endpoints().Driver
+	if ds.Path != "" {
+		u.Path = ds.Path
+	}
+	return u.JoinPath(elem...)
 }
 
 // Errors of driverCall's answer.

@@ -341,7 +341,7 @@ const webkitOptions = "webkitgtk:browserOptions"
 // Window Rect: such a browser has no flag for it, and its default window is
 // smaller than the screen. A failure costs the client only the size, and is
 // logged.
-func (h *Hub) sizeWindow(c *creation, inst launcher.Instance, id string) {
+func (h *Hub) sizeWindow(c *creation, inst launcher.Instance, ds webdriver.DriverSession) {
 	w, ht, _, ok := webdriver.ParseScreen(c.opts.ScreenResolution)
 	if !webkit(c) || !ok {
 		return
@@ -349,7 +349,7 @@ func (h *Hub) sizeWindow(c *creation, inst launcher.Instance, id string) {
 	body, _ := json.Marshal(map[string]int{"x": 0, "y": 0, "width": w, "height": ht})
 	ctx, cancel := context.WithTimeout(c.ctx, h.opts.SessionAttemptTimeout)
 	defer cancel()
-	status, data, err := h.driverCall(ctx, http.MethodPost, inst.Endpoints().Driver.JoinPath("session", id, "window", "rect"), body, 1<<20)
+	status, data, err := h.driverCall(ctx, http.MethodPost, driverURL(inst, ds, "session", ds.ID, "window", "rect"), body, 1<<20)
 	if err != nil || status != http.StatusOK {
 		logtag.Event(h.log, slog.LevelWarn, c.id, "WINDOW_NOT_SIZED", c.browser.String(), fmt.Sprintf("status %d", status), err, webdriver.Truncate(data, 200))
 	}

@@ -293,3 +293,45 @@ func TestSelenoidSpellingsBelongToTheirOwners(t *testing.T) {
 		t.Fatalf("the clipboard services got %d requests; want alice's 4", n)
 	}
 }
+
+// A browsers.json entry without "path" whose driver lives under /wd/hub (a
+// Selenium server image) works as it does behind Selenoid: the new session
+// is tried there once, and the session's commands and DELETE follow it.
+func TestPathlessEntryFindsItsDriverUnderWdHub(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	l := &stubLauncher{wrap: func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			seen = append(seen, r.Method+" "+r.URL.Path)
+			mu.Unlock()
+			rest, ok := strings.CutPrefix(r.URL.Path, "/wd/hub/")
+			if !ok {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusNotFound)
+				_, _ = io.WriteString(w, `{"value":{"error":"unknown command","message":"not here"}}`)
+				return
+			}
+			r.URL.Path = "/" + rest
+			h.ServeHTTP(w, r)
+		})
+	}}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	resp, body := f.do("POST", "/wd/hub/session", w3cChrome)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("new session: %d %v", resp.StatusCode, body)
+	}
+	id := sessionID(t, body)
+	if resp, body := f.do("POST", "/wd/hub/session/"+id+"/url", `{"url":"about:blank"}`); resp.StatusCode != http.StatusOK {
+		t.Fatalf("command: %d %v", resp.StatusCode, body)
+	}
+	if resp, body := f.do("DELETE", "/wd/hub/session/"+id, ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("DELETE: %d %v", resp.StatusCode, body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"POST /session", "POST /wd/hub/session", "POST /wd/hub/session/" + id + "/url", "DELETE /wd/hub/session/" + id}
+	if !slices.Equal(seen, want) {
+		t.Fatalf("the driver got %q, want %q", seen, want)
+	}
+}

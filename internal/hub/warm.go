@@ -132,7 +132,7 @@ func (h *Hub) Entries(size int) map[pool.Key]int {
 // Alive asks the driver for its session's URL: a browser that answers is
 // alive. The answer itself is not read.
 func (w *warm) Alive(ctx context.Context) bool {
-	u := w.inst.Endpoints().Driver.JoinPath("session", w.driver.ID, "url")
+	u := driverURL(w.inst, w.driver, "session", w.driver.ID, "url")
 	status, _, err := w.h.driverCall(ctx, http.MethodGet, u, nil, 1<<20)
 	return err == nil && status == http.StatusOK
 }
@@ -244,7 +244,7 @@ func (h *Hub) claim(c *creation) bool {
 	if res == pool.Hit {
 		c.driver, c.took = w.driver, time.Since(t0)
 	} else {
-		c.stale = w.driver.ID
+		c.stale = w.driver
 		c.inst = nearInstance{w.inst, w}
 	}
 	h.queue.AdmittedFast()
@@ -262,7 +262,7 @@ func (h *Hub) startNear(c *creation) (bool, error) {
 	}
 	t0 := time.Now()
 	dctx, cancel := context.WithTimeout(c.ctx, h.opts.SessionDeleteTimeout)
-	_, _, err := h.driverCall(dctx, http.MethodDelete, c.inst.Endpoints().Driver.JoinPath("session", c.stale), nil, 1<<20)
+	_, _, err := h.driverCall(dctx, http.MethodDelete, driverURL(c.inst, c.stale, "session", c.stale.ID), nil, 1<<20)
 	cancel()
 	if err == nil {
 		var ds webdriver.DriverSession

@@ -78,6 +78,10 @@ type Session struct {
 	Instance launcher.Instance
 	// Idle is this session's idle timeout (-timeout, or its sessionTimeout).
 	Idle time.Duration
+	// DriverPath, when not "", replaces the path of the instance's driver
+	// URL: the driver made the session elsewhere than its entry says
+	// (webdriver.DriverSession.Path).
+	DriverPath string
 
 	slot      Releaser
 	endpoints launcher.Endpoints
@@ -155,6 +159,11 @@ var ErrDuplicate = errors.New("session id already in use")
 func (r *Registry) Add(s *Session, slot Releaser) error {
 	s.slot = slot
 	s.endpoints = s.Instance.Endpoints()
+	if s.DriverPath != "" {
+		u := *s.endpoints.Driver
+		u.Path = s.DriverPath
+		s.endpoints.Driver = &u
+	}
 	s.ended = make(chan struct{})
 	r.mu.Lock()
 	if _, dup := r.sessions[s.ID]; dup {

@@ -20,6 +20,10 @@ type DriverSession struct {
 	// Caps are the capabilities the driver reports, as it sent them; an empty
 	// object when it sent none.
 	Caps json.RawMessage
+	// Path, when not "", is the base path the driver created the session on,
+	// in place of its instance's: "/wd/hub" for a driver found there because
+	// its browsers.json entry names no path (Selenoid's retry).
+	Path string
 }
 
 // ErrNoSessionID is wrapped by ParseDriverSession when an answer has no session id.
