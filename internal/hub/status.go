@@ -3,6 +3,7 @@ package hub
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/websummoner/websummoner/internal/launcher"
@@ -22,7 +23,7 @@ type statusSession struct {
 	VNC           bool             `json:"vnc"`
 	Screen        string           `json:"screen"`
 	Started       time.Time        `json:"started"`
-	Caps          map[string]any   `json:"caps,omitempty"`
+	Caps          *statusCaps      `json:"caps,omitempty"`
 }
 
 // statusContainer is Selenoid's containerInfo: the container's full id and
@@ -32,7 +33,7 @@ type statusContainer struct {
 	IP string `json:"ip"`
 }
 
-// statusQuota is Selenoid's per-quota entry; the hub has one quota, "unknown".
+// statusQuota is Selenoid's per-quota entry: a user's sessions of one version.
 type statusQuota struct {
 	Count    int             `json:"count"`
 	Sessions []statusSession `json:"sessions"`
@@ -69,17 +70,17 @@ func (h *Hub) selenoidStatus(w http.ResponseWriter, r *http.Request) {
 // sessions under each, as the request's user may see them.
 func (h *Hub) statusBrowsers(r *http.Request) map[string]map[string]map[string]*statusQuota {
 	browsers := map[string]map[string]map[string]*statusQuota{}
-	quota := func(name, version string) *statusQuota {
+	quota := func(name, version, user string) *statusQuota {
 		if browsers[name] == nil {
 			browsers[name] = map[string]map[string]*statusQuota{}
 		}
 		if browsers[name][version] == nil {
 			browsers[name][version] = map[string]*statusQuota{}
 		}
-		q := browsers[name][version]["unknown"]
+		q := browsers[name][version][user]
 		if q == nil {
 			q = &statusQuota{Sessions: []statusSession{}}
-			browsers[name][version]["unknown"] = q
+			browsers[name][version][user] = q
 		}
 		return q
 	}
@@ -93,10 +94,16 @@ func (h *Hub) statusBrowsers(r *http.Request) map[string]map[string]map[string]*
 	for _, s := range h.sessions.List() {
 		// Filed under the version the client asked for, as Selenoid files it
 		// (a session that asked none is under ""); caps.version says which
-		// one runs.
-		q := quota(s.Browser, s.AskedVersion)
+		// one runs. The quota is its owner, as Selenoid's is the basic-auth
+		// user; "unknown" for none, and for another user's session, whose
+		// owner /status does not name, as tenants shows each user their own.
+		owner := "unknown"
+		if h.sees(r, s) && s.Owner != "" {
+			owner = s.Owner
+		}
+		q := quota(s.Browser, s.AskedVersion, owner)
 		q.Count++
-		e := statusSession{ID: s.ID, Container: s.Instance.Describe(), Name: s.Name, VNC: s.VNC, Screen: s.Screen, Started: s.Started, Caps: selenoidCaps(s)}
+		e := statusSession{ID: s.ID, Container: s.Instance.Describe(), Name: s.Name, VNC: s.VNC, Screen: s.Screen, Started: s.Started}
 		if c, ok := s.Instance.(launcher.Container); ok {
 			id, ip := c.ContainerInfo()
 			e.Container, e.ContainerInfo = id, &statusContainer{ID: id, IP: ip}
@@ -106,7 +113,9 @@ func (h *Hub) statusBrowsers(r *http.Request) map[string]map[string]map[string]*
 			// secrets, proxy credentials, URLs) are theirs, and its container
 			// (a container id, or a local driver's pid and port) says where to
 			// reach their browser.
-			e.Caps, e.Name, e.Container, e.ContainerInfo = nil, "", "", nil
+			e.Name, e.Container, e.ContainerInfo = "", "", nil
+		} else {
+			e.Caps = selenoidCaps(s)
 		}
 		q.Sessions = append(q.Sessions, e)
 	}
@@ -205,32 +214,77 @@ func (h *Hub) gateStats() any {
 	return h.opts.Gate.Stats()
 }
 
-// selenoidCaps is a session's capabilities as Selenoid's /status shows them:
-// the client's, its vendor options also at the top level as Selenoid merges
-// them (env, labels, timeZone, sessionTimeout, logName, enableLog,
-// videoScreenSize…), and Selenoid's flat fields (name, version,
-// screenResolution, enableVNC, enableVideo) where the client did not set them.
-func selenoidCaps(s *session.Session) map[string]any {
-	out := make(map[string]any, len(s.Caps)+7)
-	for k, v := range s.Caps {
-		out[k] = v
+// statusCaps is Selenoid's session.Caps, the caps of a /status entry: its
+// fields under its names, and nothing else. The client's other capabilities
+// stay out: a base64 extension made each entry megabytes, and selenoid-ui
+// polls /status. skin and s3KeyPattern, which the hub refuses unless empty,
+// are always empty, which Selenoid omits; selenoid:options, which repeats the
+// merged fields, is left out.
+type statusCaps struct {
+	BrowserName           string            `json:"browserName,omitempty"`
+	DeviceName            string            `json:"deviceName,omitempty"`
+	Version               string            `json:"version,omitempty"`
+	BrowserVersion        string            `json:"browserVersion,omitempty"`
+	Platform              string            `json:"platform,omitempty"`
+	PlatformName          string            `json:"platformName,omitempty"`
+	AppiumDeviceName      string            `json:"appium:deviceName,omitempty"`
+	ScreenResolution      string            `json:"screenResolution,omitempty"`
+	EnableVNC             bool              `json:"enableVNC"`
+	EnableVideo           bool              `json:"enableVideo"`
+	EnableLog             bool              `json:"enableLog,omitempty"`
+	VideoName             string            `json:"videoName,omitempty"`
+	VideoScreenSize       string            `json:"videoScreenSize,omitempty"`
+	VideoFrameRate        int               `json:"videoFrameRate,omitempty"`
+	VideoCodec            string            `json:"videoCodec,omitempty"`
+	LogName               string            `json:"logName,omitempty"`
+	Name                  string            `json:"name,omitempty"`
+	TimeZone              string            `json:"timeZone,omitempty"`
+	ContainerHostname     string            `json:"containerHostname,omitempty"`
+	Env                   []string          `json:"env,omitempty"`
+	ApplicationContainers []string          `json:"applicationContainers,omitempty"`
+	AdditionalNetworks    []string          `json:"additionalNetworks,omitempty"`
+	HostsEntries          []string          `json:"hostsEntries,omitempty"`
+	DNSServers            []string          `json:"dnsServers,omitempty"`
+	Labels                map[string]string `json:"labels,omitempty"`
+	SessionTimeout        string            `json:"sessionTimeout,omitempty"`
+}
+
+// selenoidCaps is a session's capabilities as Selenoid's /status shows them.
+// What the session records comes from it: the browser and the version that
+// runs, the name, the screen asked for, the video's name; the other options
+// are read back from its capabilities. enableVNC and enableVideo are always
+// there (false too), as selenoid-ui reads them.
+func selenoidCaps(s *session.Session) *statusCaps {
+	o := webdriver.SessionOptions(s.Caps)
+	str := func(k string) string { v, _ := s.Caps[k].(string); return v }
+	c := &statusCaps{
+		BrowserName: s.Browser, Version: s.Version, BrowserVersion: str("browserVersion"),
+		DeviceName: str("deviceName"), AppiumDeviceName: str("appium:deviceName"),
+		Platform: str("platform"), PlatformName: str("platformName"),
+		ScreenResolution: s.Screen, EnableVNC: o.EnableVNC || s.VNC,
+		EnableVideo: s.Video != "", VideoName: s.Video,
+		EnableLog: o.EnableLog, LogName: o.LogName, Name: s.Name, TimeZone: o.TimeZone,
+		ContainerHostname: o.ContainerHostname, Env: o.Env, ApplicationContainers: o.ApplicationContainers,
+		AdditionalNetworks: o.AdditionalNetworks, HostsEntries: o.HostsEntries, DNSServers: o.DNSServers, Labels: o.Labels,
+		VideoScreenSize: o.VideoScreenSize, VideoFrameRate: o.VideoFrameRate, VideoCodec: o.VideoCodec,
 	}
-	for _, key := range []string{webdriver.SelenoidOptionsKey, webdriver.OptionsKey} {
-		if o, ok := s.Caps[key].(map[string]any); ok {
-			for k, v := range o {
-				if _, set := out[k]; !set {
-					out[k] = v
-				}
-			}
-		}
+	if o.SessionTimeout > 0 {
+		c.SessionTimeout = shortDuration(o.SessionTimeout)
 	}
-	for k, v := range map[string]any{"browserName": s.Browser, "version": s.Version, "name": s.Name,
-		"screenResolution": s.Screen, "enableVNC": s.VNC, "enableVideo": s.Video != "", "videoName": s.Video} {
-		if _, set := out[k]; !set {
-			out[k] = v
-		}
+	return c
+}
+
+// shortDuration writes d as a client writes a sessionTimeout: "5m", not
+// time.Duration's "5m0s".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
 	}
-	return out
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // welcome is Selenoid's answer to "/": a line saying what serves here.

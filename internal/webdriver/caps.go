@@ -142,6 +142,11 @@ func (n *NewSession) Candidates() ([]Candidate, error) {
 	// 3 clients send both halves and strip the non-W3C keys (enableVNC, name,
 	// sessionTimeout, …) from "capabilities": only this half has them.
 	var top, desiredBlock *optionsLayer
+	// The browser desiredCapabilities names, for a W3C candidate that names
+	// none: Selenoid takes the browser from desiredCapabilities whenever that
+	// half names one, and Selenium 3 clients send "capabilities":{} or an empty
+	// alwaysMatch beside it.
+	var desiredBrowser, desiredVersion string
 	if !n.W3C || mapBrowser(n.Desired) != "" {
 		var err error
 		if top, err = legacyOptions(n.Desired); err != nil {
@@ -149,6 +154,12 @@ func (n *NewSession) Candidates() ([]Candidate, error) {
 		}
 		if desiredBlock, err = vendorOptions(n.Desired); err != nil {
 			return nil, err
+		}
+		if n.W3C {
+			desiredBrowser = mapBrowser(n.Desired)
+			if desiredVersion, err = mapVersion(n.Desired); err != nil {
+				return nil, err
+			}
 		}
 	}
 	var shared *Options // alwaysMatch's (or desired's) options, decoded once
@@ -163,6 +174,16 @@ func (n *NewSession) Candidates() ([]Candidate, error) {
 		}
 		c.Browser = firstString(c, "browserName", "deviceName", "appium:deviceName")
 		c.Version = firstString(c, "browserVersion", "version")
+		// Where the W3C half names a browser of its own, it wins (Selenoid
+		// would take desiredCapabilities'); where it names the same one
+		// without a version, desiredCapabilities' version stands, as it does
+		// in Selenoid.
+		if desiredBrowser != "" && (c.Browser == "" || c.Browser == desiredBrowser && c.Version == "") {
+			c.Browser = desiredBrowser
+			if desiredVersion != "" {
+				c.Version = desiredVersion
+			}
+		}
 		own := false
 		for _, k := range []string{OptionsKey, SelenoidOptionsKey} {
 			if _, ok := c.first[k]; ok {
@@ -208,6 +229,24 @@ func mapBrowser(caps map[string]any) string {
 		}
 	}
 	return ""
+}
+
+// mapVersion is the version a capabilities object names: browserVersion, or
+// Selenoid's legacy version. Each must be a string when present (null counts
+// as absent).
+func mapVersion(caps map[string]any) (string, error) {
+	for _, k := range []string{"browserVersion", "version"} {
+		switch v := caps[k].(type) {
+		case nil:
+		case string:
+			if v != "" {
+				return v, nil
+			}
+		default:
+			return "", argErr("desiredCapabilities.%s must be a string (got %s)", k, jsonType(v))
+		}
+	}
+	return "", nil
 }
 
 func jsonType(v any) string {
@@ -341,11 +380,17 @@ var knownFold = func() map[string]bool {
 }()
 
 // legacyOptions reads the options a JSONWire client sets at the top level of
-// desiredCapabilities. Only their keys are read: the top level holds
-// everything else too, an extension's megabytes among it.
+// desiredCapabilities.
 func legacyOptions(desired map[string]any) (*optionsLayer, error) {
+	return knownOptionsOf(desired, "desiredCapabilities")
+}
+
+// knownOptionsOf reads the known options among caps' keys, key naming caps in
+// messages. Only those keys are read: caps may hold everything else too, an
+// extension's megabytes among it.
+func knownOptionsOf(caps map[string]any, key string) (*optionsLayer, error) {
 	src := map[string]any{}
-	for k, v := range desired {
+	for k, v := range caps {
 		if knownFold[strings.ToLower(k)] {
 			src[k] = v
 		}
@@ -353,8 +398,36 @@ func legacyOptions(desired map[string]any) (*optionsLayer, error) {
 	if len(src) == 0 {
 		return nil, nil
 	}
-	o, err := readOptions(src, "desiredCapabilities", false)
-	return &optionsLayer{"desiredCapabilities", o}, err
+	o, err := readOptions(src, key, false)
+	return &optionsLayer{key, o}, err
+}
+
+// SessionOptions reads back the options in a session's capabilities, for
+// /status, which polls it for every session: the known keys at the top level,
+// under those of the vendor block, as Candidates merges them. Only known keys
+// are read, so nothing else in the capabilities is copied. A layer that does
+// not read is left out: the top level of a W3C request is not read at
+// creation, so it was never checked.
+func SessionOptions(caps map[string]any) Options {
+	top, err := knownOptionsOf(caps, "capabilities")
+	if err != nil {
+		top = nil
+	}
+	var block *optionsLayer
+	for _, k := range []string{OptionsKey, SelenoidOptionsKey} {
+		if v, ok := caps[k]; ok {
+			if m, ok := v.(map[string]any); ok {
+				if block, err = knownOptionsOf(m, k); err != nil {
+					block = nil
+				}
+			}
+			break
+		}
+	}
+	// mergeOptions' only error is a video size larger than a screen another
+	// layer set; the merge it returns is still what the layers say.
+	o, _ := mergeOptions(top, block)
+	return o
 }
 
 // mergeOptions lays the layers (nil ones skipped) on one another, later ones
@@ -468,8 +541,8 @@ func readOptions(src map[string]any, key string, checkKeys bool) (Options, error
 	if err := checkNetworking(key, o); err != nil {
 		return o, err
 	}
-	if n := o.LogName; n != "" && !plainFileName(n) {
-		return o, argErr("%s.logName %q must be a file name, without a path, such as \"checkout.log\": no ':', not starting with '.', no control characters, at most %d bytes", key, n, maxFileName)
+	if n := o.LogName; n != "" && !plainFileName(n, maxFileName) {
+		return o, argErr("%s.logName %q must be a file name, without a path, such as \"checkout.log\": no '/' or '\\', not starting with '.', no control characters, at most %d bytes", key, n, maxFileName)
 	}
 	if err := checkScreen(key, &o); err != nil {
 		return o, err
@@ -590,16 +663,25 @@ func checkNetworking(key string, o Options) error {
 	return nil
 }
 
-// maxFileName is the longest logName or videoName: a file name's limit on
-// Linux file systems.
-const maxFileName = 255
+// maxFileName is the longest logName: a file name's limit on Linux file
+// systems. maxVideoName is the longest videoName: the launchers copy a video
+// in under a hidden temporary name 15 bytes longer (".<name>.<8 hex>.part").
+const (
+	maxFileName  = 255
+	maxVideoName = maxFileName - len("..01234567.part")
+)
 
-// plainFileName reports whether n names a file in the output directory itself:
-// no directory part, no scheme or drive (no ':', so it never reads as a URL
-// such as "javascript:…" where it is linked), not hidden or "." or "..", no
-// control characters that would forge log lines or file listings.
-func plainFileName(n string) bool {
-	if n == "" || len(n) > maxFileName || n[0] == '.' || strings.ContainsAny(n, "/\\:") || !utf8.ValidString(n) {
+// plainFileName reports whether n names a file in the output directory
+// itself. Selenoid takes any name, and test names carry spaces, brackets,
+// '#', ':' or accents; refused is only what could leave the directory, hide
+// a file or forge a line: a directory part ('/', or '\' that reads as one
+// elsewhere), a leading '.' ("." and "..", and hidden files, as the
+// launchers' temporary files are and listings skip), invalid UTF-8, control
+// characters (log lines, file listings), more than limit bytes. Listings
+// escape ':' in their links, so a name never reads as a URL such as
+// "javascript:…".
+func plainFileName(n string, limit int) bool {
+	if n == "" || len(n) > limit || n[0] == '.' || strings.ContainsAny(n, "/\\") || !utf8.ValidString(n) {
 		return false
 	}
 	return !strings.ContainsFunc(n, unicode.IsControl)
@@ -624,10 +706,9 @@ func hostName(h string) bool {
 // Screen and video bounds: a screen as large as 8K, depths X servers offer,
 // frame rates a recorder keeps up with.
 const (
-	maxScreenSide  = 8192
-	maxFrameRate   = 60
-	defaultScreen  = "1920x1080x24"
-	videoNameChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-"
+	maxScreenSide = 8192
+	maxFrameRate  = 60
+	defaultScreen = "1920x1080x24"
 )
 
 // ParseScreen reads "WxH" or "WxHxDEPTH" (depth 8, 16 or 24) into its parts; a
@@ -669,10 +750,8 @@ func checkScreen(key string, o *Options) error {
 			return argErr("%s.screenResolution %q must be WIDTHxHEIGHT or WIDTHxHEIGHTxDEPTH (depth 8, 16 or 24; sides 16 to %d), such as \"1920x1080x24\"", key, o.ScreenResolution, maxScreenSide)
 		}
 	}
-	if n := o.VideoName; n != "" {
-		if len(n) > 200 || !plainFileName(n) || strings.Trim(n, videoNameChars) != "" || !strings.Contains(n, ".") {
-			return argErr("%s.videoName %q must be a file name with an extension, such as \"checkout.mp4\" (letters, digits, '.', '_', '-'; no path)", key, n)
-		}
+	if n := o.VideoName; n != "" && !plainFileName(n, maxVideoName) {
+		return argErr("%s.videoName %q must be a file name, without a path, such as \"checkout.mp4\": no '/' or '\\', not starting with '.', no control characters, at most %d bytes", key, n, maxVideoName)
 	}
 	if v := o.VideoScreenSize; v != "" {
 		if _, _, _, ok := ParseScreen(v); !ok || strings.Count(v, "x") != 1 {

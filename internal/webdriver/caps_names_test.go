@@ -22,11 +22,13 @@ func parseOpts(t *testing.T, key string, opts map[string]any) error {
 	return err
 }
 
-// logName and videoName name a plain file in the output directory: no path, no
-// scheme, not hidden, no control characters, at most 255 bytes (issue 33).
+// logName and videoName name a plain file in the output directory: no path,
+// not hidden, no control characters, at most 255 bytes (issue 33), 240 for a
+// video, whose temporary name is 15 bytes longer. Anything else is a name, as
+// in Selenoid: test names carry spaces, brackets, '#', ':' and accents.
 func TestFileNameOptionsArePlainNames(t *testing.T) {
 	bad := []string{
-		"../x.log", "a/b.log", `a\b.log`, "/etc/passwd", "javascript:alert(1).log", "http:x.log", "c:x.log",
+		"../x.log", "a/b.log", `a\b.log`, "/etc/passwd", `..\x.log`, "x/",
 		".hidden.log", ".", "..", "a\nb.log", "a\rb.log", "a\x00b.log", "a\tb.log", "a\x7fb.log", "a\u0085b.log",
 		strings.Repeat("a", 252) + ".log",
 	}
@@ -41,7 +43,10 @@ func TestFileNameOptionsArePlainNames(t *testing.T) {
 			}
 		}
 	}
-	for _, n := range []string{"run-1.log", "checkout_2026.mp4", strings.Repeat("a", 196) + ".mp4"} {
+	good := []string{"run-1.log", "checkout_2026.mp4", strings.Repeat("a", 196) + ".mp4",
+		"Checkout test (chrome 128) [retry 2] #3 a+b @home, ok.mp4", "Anmeldung prüfen – Größe ändern.log", "テスト ログイン",
+		"Login: step 1.2", "no extension", "javascript:alert(1).log", "100% done", "a..b", "x.", "'quoted' \"too\" & <b>"}
+	for _, n := range good {
 		for _, opt := range []string{"logName", "videoName"} {
 			if err := parseOpts(t, SelenoidOptionsKey, map[string]any{opt: n}); err != nil {
 				t.Errorf("%s %q refused: %v", opt, n, err)
@@ -51,6 +56,12 @@ func TestFileNameOptionsArePlainNames(t *testing.T) {
 	long := strings.Repeat("é", 120) + ".log" // 244 bytes of UTF-8: a file name Linux takes
 	if err := parseOpts(t, SelenoidOptionsKey, map[string]any{"logName": long}); err != nil {
 		t.Errorf("logName of %d bytes refused: %v", len(long), err)
+	}
+	if err := parseOpts(t, SelenoidOptionsKey, map[string]any{"videoName": strings.Repeat("v", 236) + ".mp4"}); err != nil {
+		t.Errorf("videoName of 240 bytes refused: %v", err)
+	}
+	if err := parseOpts(t, SelenoidOptionsKey, map[string]any{"videoName": strings.Repeat("v", 237) + ".mp4"}); err == nil {
+		t.Error("videoName of 241 bytes accepted; its temporary name would be longer than a file name may be")
 	}
 }
 

@@ -112,3 +112,51 @@ func TestLegacyOptionsChecked(t *testing.T) {
 		wantArgumentError(t, body, want)
 	}
 }
+
+// A W3C request whose capabilities name no browser takes the browser and its
+// version from desiredCapabilities, as Selenoid does: older Selenium 3 clients
+// send "capabilities":{} or an empty alwaysMatch beside desiredCapabilities.
+// Where both halves name a browser, the W3C half's stands.
+func TestDesiredCapabilitiesNameTheBrowser(t *testing.T) {
+	cases := []struct {
+		name, body       string
+		browser, version string
+	}{
+		{"empty alwaysMatch, legacy version", `{"capabilities":{"alwaysMatch":{}},"desiredCapabilities":{"browserName":"chrome","version":"128"}}`, "chrome", "128"},
+		{"empty capabilities, browserVersion", `{"capabilities":{},"desiredCapabilities":{"browserName":"chrome","browserVersion":"127"}}`, "chrome", "127"},
+		{"browserVersion before version", `{"capabilities":{},"desiredCapabilities":{"browserName":"chrome","browserVersion":"127","version":"128"}}`, "chrome", "127"},
+		{"an empty browserVersion is none", `{"capabilities":{},"desiredCapabilities":{"browserName":"chrome","browserVersion":"","version":"128"}}`, "chrome", "128"},
+		{"a deviceName", `{"capabilities":{"firstMatch":[{}]},"desiredCapabilities":{"deviceName":"android","version":"9.0"}}`, "android", "9.0"},
+		{"no version anywhere", `{"capabilities":{"alwaysMatch":{}},"desiredCapabilities":{"browserName":"chrome"}}`, "chrome", ""},
+		{"the W3C half's version, desired's none", `{"capabilities":{"alwaysMatch":{"browserVersion":"126"}},"desiredCapabilities":{"browserName":"chrome"}}`, "chrome", "126"},
+		{"desired's version over the W3C half's", `{"capabilities":{"alwaysMatch":{"browserVersion":"126"}},"desiredCapabilities":{"browserName":"chrome","version":"128"}}`, "chrome", "128"},
+		{"the same browser without a version", `{"capabilities":{"alwaysMatch":{"browserName":"chrome"}},"desiredCapabilities":{"browserName":"chrome","version":"128"}}`, "chrome", "128"},
+		{"the W3C half's version stands", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","browserVersion":"127"}},"desiredCapabilities":{"browserName":"chrome","version":"128"}}`, "chrome", "127"},
+		{"the W3C half's browser stands", `{"capabilities":{"alwaysMatch":{"browserName":"firefox"}},"desiredCapabilities":{"browserName":"chrome","version":"128"}}`, "firefox", ""},
+		{"desiredCapabilities naming none", `{"capabilities":{"alwaysMatch":{}},"desiredCapabilities":{"version":"128"}}`, "", ""},
+	}
+	for _, c := range cases {
+		n, err := ParseNewSession([]byte(c.body))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		cs, err := n.Candidates()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if !n.W3C || cs[0].Browser != c.browser || cs[0].Version != c.version {
+			t.Errorf("%s: W3C %v, browser %q version %q; want %q %q", c.name, n.W3C, cs[0].Browser, cs[0].Version, c.browser, c.version)
+		}
+	}
+	// Each firstMatch entry that names no browser gets desiredCapabilities'.
+	n, err := ParseNewSession([]byte(`{"capabilities":{"firstMatch":[{"browserName":"firefox"},{"platformName":"linux"}]},"desiredCapabilities":{"browserName":"chrome","version":"128"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := n.Candidates()
+	if err != nil || len(cs) != 2 || cs[0].Browser != "firefox" || cs[0].Version != "" || cs[1].Browser != "chrome" || cs[1].Version != "128" {
+		t.Fatalf("candidates %+v, %v; want firefox, then chrome 128", cs, err)
+	}
+	// desiredCapabilities' version is a string, as Selenoid decodes it.
+	wantArgumentError(t, `{"capabilities":{},"desiredCapabilities":{"browserName":"chrome","version":128}}`, `desiredCapabilities.version must be a string (got a number)`)
+}

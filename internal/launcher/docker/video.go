@@ -62,11 +62,7 @@ func (l *Launcher) checkRecorder(ctx context.Context, r launcher.Request) error 
 // display may not be up yet; the recorder waits for it.
 func (l *Launcher) startRecorder(ctx context.Context, inst *instance, r launcher.Request, session string) error {
 	o := r.Options
-	ext := path.Ext(o.VideoName)
-	if ext == "" {
-		ext = ".mp4"
-	}
-	rec := &recorder{file: "video" + ext}
+	rec := &recorder{file: launcher.RecordingFile(o.VideoName)}
 	cfg := &container.Config{
 		Image: l.opts.VideoImage,
 		Env: []string{"FILE_NAME=" + rec.file, "VIDEO_SIZE=" + o.VideoScreenSize, "FRAME_RATE=" + strconv.Itoa(o.VideoFrameRate),

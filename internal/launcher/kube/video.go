@@ -80,15 +80,8 @@ func (e *execer) Exec(ctx context.Context, namespace, pod, container string, cmd
 	return err
 }
 
-// videoFile is the recording's name inside the pod: "video" and the
-// extension asked for.
-func videoFile(videoName string) string {
-	ext := path.Ext(videoName)
-	if ext == "" {
-		ext = ".mp4"
-	}
-	return "video" + ext
-}
+// videoFile is the recording's name inside the pod.
+func videoFile(videoName string) string { return launcher.RecordingFile(videoName) }
 
 // addRecorder puts the recorder and the volume it writes to into the pod.
 func (l *Launcher) addRecorder(pod *corev1.Pod, r launcher.Request) {
