@@ -4,12 +4,11 @@
 # prebuilt binary. Run it with the Docker socket and a browsers.json mounted
 # (docs/operations.md):
 #
-#   docker network create grid
-#   docker run -d --name hub --network grid -p 127.0.0.1:4444:4444 \
+#   docker run -d --name hub -p 127.0.0.1:4444:4444 \
 #     -v /var/run/docker.sock:/var/run/docker.sock \
 #     --group-add "$(stat -c %g /var/run/docker.sock)" \
 #     -v "$PWD/config/browsers.docker.json:/etc/websummoner/browsers.json:ro" \
-#     websummoner/hub -container-network grid -container-address name -instance hub1
+#     websummoner/hub -instance hub1
 FROM scratch
 COPY bin/websummoner-static /websummoner
 # Not root: the Docker socket's group, added with --group-add, is all it needs.

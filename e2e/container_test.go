@@ -18,14 +18,23 @@ import (
 // host.
 func hubContainer(t *testing.T, image, name, network, instance, conf string) string {
 	t.Helper()
+	return runHubContainer(t, image, name, conf, []string{"--network", network},
+		"-container-network", network, "-container-address", "name", "-instance", instance, "-graceful-period", "60s")
+}
+
+// runHubContainer runs the hub image with the Docker socket and conf
+// mounted, its port published on the host's loopback, runArgs given to
+// docker run and hubArgs to the hub; it returns the hub's URL on the host.
+func runHubContainer(t *testing.T, image, name, conf string, runArgs []string, hubArgs ...string) string {
+	t.Helper()
 	var st syscall.Stat_t
 	if err := syscall.Stat("/var/run/docker.sock", &st); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("docker", "run", "-d", "--name", name, "--network", network, "-p", "127.0.0.1::4444",
+	args := append([]string{"run", "-d", "--name", name, "-p", "127.0.0.1::4444",
 		"-v", "/var/run/docker.sock:/var/run/docker.sock", "--group-add", fmt.Sprint(st.Gid),
-		"-v", conf+":/etc/websummoner/browsers.json:ro", image,
-		"-container-network", network, "-container-address", "name", "-instance", instance, "-graceful-period", "60s").CombinedOutput()
+		"-v", conf + ":/etc/websummoner/browsers.json:ro"}, runArgs...)
+	out, err := exec.Command("docker", append(append(args, image), hubArgs...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker run: %v %s", err, out)
 	}
@@ -135,4 +144,91 @@ func TestHubContainer(t *testing.T) {
 	if left := containers(t, instance); len(left) != 0 {
 		t.Fatalf("the restarted hub did not sweep: %v", left)
 	}
+}
+
+// The hub run as Selenoid is usually run: a container on the engine's
+// default bridge with the socket mounted, and no network flags. It finds
+// that it is a container of the engine, joins each session's own network
+// for the session's life and dials the browser there: nothing of the
+// browser is published on the host, and the network goes with the session.
+func TestHubContainerSelenoidWay(t *testing.T) {
+	requireRealParts(t)
+	requireDocker(t)
+	out, err := exec.Command("make", "-s", "-C", "..", "image").Output()
+	if err != nil {
+		t.Fatalf("make image: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	image := lines[len(lines)-1]
+	instance := "e2e-hubip-" + runID
+	removeInstance(t, instance)
+	conf := filepath.Join(t.TempDir(), "browsers.json")
+	doc := fmt.Sprintf(`{"stub": {"default": "1", "versions": {"1": {"image": %q, "port": "4444", "path": "/"}}}}`, stubTag)
+	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	name := "ws-e2e-hubip-" + runID
+	url := runHubContainer(t, image, name, conf, nil, "-instance", instance)
+	hubID := strings.TrimSpace(dockerOut(t, "inspect", "-f", "{{.Id}}", name))
+
+	r := call(t, "POST", url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"stub"}}}`)
+	if r.status != 200 {
+		logs, _ := exec.Command("docker", "logs", name).CombinedOutput()
+		t.Fatalf("new session through the hub container: %+v\n%s", r, logs)
+	}
+	id := r.Value.SessionID
+	if r := call(t, "POST", url+"/wd/hub/session/"+id+"/url", `{"url":"about:blank"}`); r.status != 200 {
+		t.Fatalf("command: %+v", r)
+	}
+	browsers := containers(t, instance)
+	if len(browsers) != 1 {
+		t.Fatalf("browser containers: %v", browsers)
+	}
+	if ports := strings.TrimSpace(dockerOut(t, "port", browsers[0])); ports != "" {
+		t.Errorf("the browser publishes ports on the host: %s", ports)
+	}
+	nets := strings.Fields(dockerOut(t, "network", "ls", "-q", "--filter", "label=websummoner.instance="+instance))
+	if len(nets) != 1 {
+		t.Fatalf("session networks: %v, want 1", nets)
+	}
+	if on := dockerOut(t, "network", "inspect", "-f", "{{range $id, $c := .Containers}}{{$id}} {{end}}", nets[0]); !strings.Contains(on, hubID) {
+		t.Errorf("the hub's container is not on the session's network: %s", on)
+	}
+	if r := call(t, "DELETE", url+"/wd/hub/session/"+id, ""); r.status != 200 {
+		t.Fatalf("DELETE: %+v", r)
+	}
+	// The teardown (container, then network) ends after the answer, and
+	// holds the slot until it has.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		var st struct{ Used int }
+		if resp, err := http.Get(url + "/status"); err == nil {
+			_ = json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+			if st.Used == 0 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the session's teardown did not end within a minute")
+		}
+	}
+	if left := containers(t, instance); len(left) != 0 {
+		t.Errorf("browsers left: %v", left)
+	}
+	if left := strings.Fields(dockerOut(t, "network", "ls", "-q", "--filter", "label=websummoner.instance="+instance)); len(left) != 0 {
+		t.Errorf("session networks left: %v", left)
+	}
+	if joined := dockerOut(t, "inspect", "-f", "{{range $n, $_ := .NetworkSettings.Networks}}{{$n}} {{end}}", name); strings.TrimSpace(joined) != "bridge" {
+		t.Errorf("the hub's container is still on: %s", joined)
+	}
+}
+
+// dockerOut runs the docker command line and returns its output.
+func dockerOut(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("docker", args...).Output()
+	if err != nil {
+		t.Fatalf("docker %s: %v", strings.Join(args, " "), err)
+	}
+	return string(out)
 }

@@ -211,7 +211,7 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.BoolVar(&c.docker.Privileged, "privileged", false, "Run browser containers privileged (Selenoid's default; off here)")
 	fs.StringVar(&c.docker.Mem, "mem", "", "Default memory limit of a browser container, e.g. 512m or 1g (browsers.json \"mem\" wins)")
 	fs.StringVar(&c.docker.CPU, "cpu", "", "Default CPU limit of a browser container, e.g. 0.5 or 2.0 (browsers.json \"cpu\" wins)")
-	fs.StringVar((*string)(&c.docker.Address), "container-address", string(docker.Published), "How the hub reaches a container's driver: \"published\" (a port published on 127.0.0.1; hub on the host) or \"name\" (the container's name on -container-network; hub in a container on that network)")
+	fs.StringVar((*string)(&c.docker.Address), "container-address", "", "How the hub reaches a container's driver: \"published\" (a port published on 127.0.0.1; hub on the host), \"ip\" (the container's address; hub in a container of the same engine, which joins each session's network) or \"name\" (the container's name on -container-network); empty: \"ip\" when the hub runs in a container of the engine, \"published\" otherwise")
 	fs.DurationVar(&c.docker.SweepInterval, "sweep-interval", 30*time.Second, "How often containers with no live session are removed (0 = the default)")
 
 	for _, s := range ignoredSelenoidFlags {
@@ -330,6 +330,7 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	if p.conf, err = config.Load(c.conf, !c.disableDocker); err != nil {
 		return nil, err
 	}
+	p.configWarnings()
 	if c.logOutputDir != "" {
 		if err := os.MkdirAll(c.logOutputDir, 0o755); err != nil {
 			return nil, fmt.Errorf("-log-output-dir %s: %v", c.logOutputDir, err)
@@ -574,7 +575,16 @@ func (p *program) reload() {
 		logtag.Event(p.log, slog.LevelWarn, "", "CONFIG_RELOAD_FAILED", err, "keeping the previous configuration")
 		return
 	}
+	p.configWarnings()
 	logtag.Event(p.log, slog.LevelInfo, "", "CONFIG_RELOADED", fmt.Sprintf("browsers %v", p.conf.Browsers().Names()))
+}
+
+// configWarnings logs what browsers.json holds that loads, as under
+// Selenoid, but cannot work as written.
+func (p *program) configWarnings() {
+	for _, w := range p.conf.Warnings() {
+		logtag.Event(p.log, slog.LevelWarn, "", "CONFIG_WARNING", w)
+	}
 }
 
 // retentionSize binds a -*-retention-size flag: a size such as 10g, or 0.

@@ -51,7 +51,7 @@ func TestInvalidFlagsStopStartUp(t *testing.T) {
 		{[]string{"stray"}, "unexpected argument"},
 		{[]string{"-limit", "4", "-start-gate", "9"}, "-start-gate must be \"adaptive\", \"off\" or a number from 1 to -limit 4"},
 		{[]string{"-start-gate", "fast"}, "invalid value \"fast\" for flag -start-gate"},
-		{[]string{"-container-address", "ip"}, "-container-address must be"},
+		{[]string{"-container-address", "addr"}, "-container-address must be"},
 		{[]string{"-container-address", "name"}, "-container-address name needs -container-network"},
 		{[]string{"-mem", "lots"}, "-mem:"},
 		{[]string{"-cpu", "-1"}, "-cpu:"},

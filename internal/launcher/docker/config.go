@@ -3,10 +3,10 @@ package docker
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/docker/docker/api/types/container"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/logtag"
 )
 
 // containerConfig builds the container from the browsers.json entry and the
@@ -57,19 +58,28 @@ func (l *Launcher) containerConfig(r launcher.Request, session string, side []na
 	if err != nil {
 		return nil, nil, fmt.Errorf("\"cpu\": %v", err)
 	}
+	if !launcher.KnownZone(o.TimeZone) {
+		logtag.Event(l.log, slog.LevelWarn, r.ID, "BAD_TIMEZONE", o.TimeZone, fmt.Sprintf("not a time zone the hub knows; the container gets the hub's (%q), as under Selenoid", l.opts.TimeZone))
+	}
+	shm := b.ShmSize
+	if shm <= 0 {
+		// Selenoid's default, not Docker's 64 MiB; a "tmpfs" at /dev/shm
+		// still takes its place, as Docker mounts it instead.
+		shm = config.ShmSizeDefault
+	}
 	ports := append([]nat.Port{port}, side...)
 	cfg := &container.Config{
 		Hostname:     o.ContainerHostname,
 		Image:        b.Image.Name,
-		Env:          launcher.Env(r),
+		Env:          launcher.ContainerEnv(r, l.opts.TimeZone),
 		Labels:       labels,
 		ExposedPorts: nat.PortSet{},
 	}
 	host := &container.HostConfig{
 		Binds:           b.Volumes,
 		Tmpfs:           b.Tmpfs,
-		ShmSize:         b.ShmSize,
-		ExtraHosts:      append(slices.Clone(b.Hosts), o.HostsEntries...),
+		ShmSize:         shm,
+		ExtraHosts:      append(slices.Clone(o.HostsEntries), b.Hosts...), // the client's first, as under Selenoid: the first line for a name wins, in its own container
 		DNS:             o.DNSServers,
 		Sysctls:         b.Sysctl,
 		Privileged:      l.opts.Privileged,
@@ -77,12 +87,12 @@ func (l *Launcher) containerConfig(r launcher.Request, session string, side []na
 		Resources:       container.Resources{Memory: mem, NanoCPUs: cpu},
 		LogConfig:       logConfig(l.opts.LogConfig, o.Name, o.Labels),
 	}
-	if l.opts.Address == Published {
+	if l.mode() == Published {
 		host.PortBindings = nat.PortMap{}
 	}
 	for _, p := range ports {
 		cfg.ExposedPorts[p] = struct{}{}
-		if l.opts.Address == Published {
+		if l.mode() == Published {
 			host.PortBindings[p] = []nat.PortBinding{{HostIP: "127.0.0.1", HostPort: ""}}
 		}
 	}
@@ -111,45 +121,16 @@ func portOf(b *config.Browser) string {
 	return "4444"
 }
 
-// ParseSize reads Selenoid's sizes, as -mem takes them: 128m, 1g, 512k, or bytes.
-func ParseSize(s string) (int64, error) { return parseMem(s) }
+// ParseSize reads Selenoid's sizes, as -mem takes them: Docker's units (512m,
+// 1g, 1GiB, 2t) or bytes; "" and "0" are 0 (config.ParseMem).
+func ParseSize(s string) (int64, error) { return config.ParseMem(s) }
 
-// parseMem reads Selenoid's memory sizes: 128m, 1g, 512k, or bytes.
-func parseMem(s string) (int64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	mult := int64(1)
-	switch strings.ToLower(s[len(s)-1:]) {
-	case "k":
-		mult = 1 << 10
-	case "m":
-		mult = 1 << 20
-	case "g":
-		mult = 1 << 30
-	}
-	num := s
-	if mult > 1 {
-		num = s[:len(s)-1]
-	}
-	n, err := strconv.ParseFloat(num, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%q is not a memory size such as 512m or 1g", s)
-	}
-	return int64(n * float64(mult)), nil
-}
+// parseMem reads -mem or browsers.json "mem" as Selenoid does; 0 is no limit.
+func parseMem(s string) (int64, error) { return config.ParseMem(s) }
 
-// parseCPU reads a CPU count such as 0.5 or 2.0 into Docker's NanoCPUs.
-func parseCPU(s string) (int64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	n, err := strconv.ParseFloat(s, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%q is not a CPU count such as 0.5 or 2.0", s)
-	}
-	return int64(n * 1e9), nil
-}
+// parseCPU reads -cpu or browsers.json "cpu" into Docker's NanoCPUs as
+// Selenoid does; 0 is no limit.
+func parseCPU(s string) (int64, error) { return config.ParseCPU(s) }
 
 // LoadLogConfig reads -log-conf: a container log driver and its options, as
 // JSON ({"Type": "json-file", "Config": {"max-size": "10m"}}), as Selenoid's

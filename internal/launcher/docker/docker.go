@@ -52,6 +52,11 @@ const (
 	// ByName: the hub dials the container by name on the browsers' network. For a
 	// hub running in a container on -container-network.
 	ByName Address = "name"
+	// ByIP: the hub dials the container's address on its network. For a hub
+	// running in a container of the same engine, as Selenoid's is run: the
+	// hub's container joins each session's own network for the session's
+	// life (with -container-network, that network, once).
+	ByIP Address = "ip"
 )
 
 // Options configure the Docker launcher. The zero value works: the engine's
@@ -66,7 +71,9 @@ type Options struct {
 	Privileged bool
 	// Mem and CPU are hub-wide defaults (-mem, -cpu) for entries without their own.
 	Mem, CPU string
-	// Address is how the hub reaches drivers; empty means Published.
+	// Address is how the hub reaches drivers. Empty: ByIP when the hub runs
+	// in a container of this engine, Published otherwise, found out at the
+	// first start.
 	Address Address
 	// Published records the ports containers publish on the host's loopback
 	// while they live, for sandboxed local browsers' proxies to refuse
@@ -99,8 +106,8 @@ func (o Options) Validate() error {
 		return err
 	}
 	switch {
-	case o.Address != "" && o.Address != Published && o.Address != ByName:
-		return fmt.Errorf("-container-address must be %q or %q (got %q)", Published, ByName, o.Address)
+	case o.Address != "" && o.Address != Published && o.Address != ByName && o.Address != ByIP:
+		return fmt.Errorf("-container-address must be %q, %q or %q, or empty to choose by where the hub runs (got %q)", Published, ByName, ByIP, o.Address)
 	case o.Address == ByName && (o.Network == "" || o.Network == "default" || o.Network == "bridge"):
 		return errors.New("-container-address name needs -container-network: containers are found by name only on a user-defined network")
 	case o.SweepInterval < 0:
@@ -128,6 +135,8 @@ type Launcher struct {
 	recorders map[string]*instance // recorder container id → its browser's instance
 	creating  map[string]bool      // container names being created
 	networks  map[string]bool      // sessions' own networks, while their container lives
+	addr      Address              // how drivers are reached, once known (address)
+	self      string               // the hub's own container with ByIP
 }
 
 // New returns a Docker launcher. Run must be called for the health check, the
@@ -137,9 +146,6 @@ func New(opts Options, engine Engine, logger *slog.Logger, reg prometheus.Regist
 		return nil, err
 	}
 	opts.Options = opts.Options.WithDefaults()
-	if opts.Address == "" {
-		opts.Address = Published
-	}
 	if opts.SweepInterval == 0 {
 		opts.SweepInterval = 30 * time.Second
 	}
@@ -202,6 +208,9 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.opts.StartupTimeout)
 	defer cancel()
+	if _, err := l.address(ctx); err != nil {
+		return nil, l.startErr(ctx, r.Browser, launcher.PhaseStart, "finding how to reach containers", err)
+	}
 	side, err := l.inspectImage(ctx, r.Browser)
 	if err != nil {
 		return nil, err
@@ -262,6 +271,14 @@ func (l *Launcher) create(ctx context.Context, r launcher.Request, cname, sessio
 		l.networks[netName] = true
 		l.mu.Unlock()
 		gateway, shared = gw, ""
+		if l.mode() == ByIP {
+			// Before the hub's addresses are listed: its address on the
+			// session's network is one the container must accept.
+			if err := l.engine.NetworkConnect(ctx, netName, l.self, &network.EndpointSettings{}); err != nil {
+				_ = l.dropNetwork(context.WithoutCancel(ctx), netName)
+				return none, "", l.startErr(ctx, r.Browser, launcher.PhaseStart, "joining the hub's container to the session's network", err)
+			}
+		}
 	}
 	fail := func(what string, err error) (container.CreateResponse, string, error) {
 		_ = l.dropNetwork(context.WithoutCancel(ctx), netName)
@@ -321,7 +338,11 @@ func (l *Launcher) run(ctx context.Context, inst *instance, r launcher.Request, 
 		return e, l.startErr(ctx, r.Browser, launcher.PhaseStart, "inspecting the container", err)
 	}
 	inst.ip = containerIP(info, inst.network)
-	e, err = endpointsOf(l.opts.Address, info, inst.name, portOf(r.Browser.Browser), r.Browser.Path, side)
+	netName := inst.network
+	if netName == "" {
+		netName = l.opts.Network
+	}
+	e, err = endpointsOf(l.mode(), info, inst.name, netName, portOf(r.Browser.Browser), r.Browser.Path, side)
 	if err != nil {
 		return e, l.startErr(ctx, r.Browser, launcher.PhaseStart, "finding the driver's address", err)
 	}

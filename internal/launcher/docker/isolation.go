@@ -79,8 +79,8 @@ func (l *Launcher) gatewayOf(ctx context.Context, name string) (string, error) {
 
 // hubAddresses are the addresses the hub's connections to a container on
 // network come from: its gateway (published ports, and the engine's proxy),
-// and, for a hub that runs in a container itself (-container-address name),
-// the hub's own addresses.
+// and, for a hub that runs in a container itself (-container-address name or
+// ip), the hub's own addresses.
 func (l *Launcher) hubAddresses(ctx context.Context, netName, gateway string) (string, error) {
 	addrs := []string{}
 	if gateway == "" && netName != "" {
@@ -93,7 +93,7 @@ func (l *Launcher) hubAddresses(ctx context.Context, netName, gateway string) (s
 	if gateway != "" {
 		addrs = append(addrs, gateway)
 	}
-	if l.opts.Address == ByName {
+	if m := l.mode(); m == ByName || m == ByIP {
 		ifaces, err := net.InterfaceAddrs()
 		if err != nil {
 			return "", fmt.Errorf("listing the hub's own addresses: %w", err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"net/url"
 	"slices"
@@ -49,9 +50,9 @@ func exposedSidePorts(exposed map[string]struct{}) []nat.Port {
 }
 
 // endpointsOf says where a started container's driver and side services are.
-func endpointsOf(addr Address, info container.InspectResponse, name, port, path string, side []nat.Port) (launcher.Endpoints, error) {
+func endpointsOf(addr Address, info container.InspectResponse, name, netName, port, path string, side []nat.Port) (launcher.Endpoints, error) {
 	var e launcher.Endpoints
-	host, err := hostPort(addr, info, name, nat.Port(port+"/tcp"))
+	host, err := hostPort(addr, info, name, netName, nat.Port(port+"/tcp"))
 	if err != nil {
 		return e, err
 	}
@@ -61,7 +62,7 @@ func endpointsOf(addr Address, info container.InspectResponse, name, port, path 
 			if p != s.port {
 				continue
 			}
-			if host, err := hostPort(addr, info, name, p); err == nil {
+			if host, err := hostPort(addr, info, name, netName, p); err == nil {
 				s.set(&e, &url.URL{Scheme: s.scheme, Host: host})
 			}
 		}
@@ -105,10 +106,18 @@ func containerIP(info container.InspectResponse, network string) string {
 }
 
 // hostPort is where the hub reaches one container port: its port published on
-// 127.0.0.1, or the container's name on the browsers' network.
-func hostPort(addr Address, info container.InspectResponse, name string, port nat.Port) (string, error) {
-	if addr == ByName {
+// 127.0.0.1, the container's name on the browsers' network, or its address on
+// netName, the network the hub shares with it.
+func hostPort(addr Address, info container.InspectResponse, name, netName string, port nat.Port) (string, error) {
+	switch addr {
+	case ByName:
 		return name + ":" + port.Port(), nil
+	case ByIP:
+		ip := containerIP(info, netName)
+		if ip == "" {
+			return "", fmt.Errorf("the container has no address on network %q", netName)
+		}
+		return net.JoinHostPort(ip, port.Port()), nil
 	}
 	if info.NetworkSettings == nil {
 		return "", errors.New("the engine reported no network settings")
