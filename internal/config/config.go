@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -114,85 +115,136 @@ func (i Image) String() string {
 
 // Parse decodes and validates a browsers.json document. Errors name the browser,
 // version and field. dockerAllowed says whether Docker image entries may be used
-// (false under -disable-docker).
+// (false under -disable-docker). What ParseWithWarnings would warn of is
+// dropped: for callers that show the operator nothing (tests, embedding).
 func Parse(data []byte, dockerAllowed bool) (Browsers, error) {
+	bs, _, err := ParseWithWarnings(data, dockerAllowed)
+	return bs, err
+}
+
+// ParseWithWarnings is Parse that also says what loads but will not work as
+// the file may mean, one sentence each, for the operator's log: Docker image
+// entries under -disable-docker (requests for them get "Requested
+// environment is not available"), a "default" that names no version, a
+// negative "shmSize". Selenoid loads such files, so the hub starts with them.
+// What can never work, or would make the hub unsafe, stays an error.
+func ParseWithWarnings(data []byte, dockerAllowed bool) (Browsers, []string, error) {
 	var bs Browsers
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&bs); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
 			line := 1 + bytes.Count(data[:min(int(se.Offset), len(data))], []byte("\n"))
-			return nil, fmt.Errorf("line %d: %v", line, err)
+			return nil, nil, fmt.Errorf("line %d: %v", line, err)
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("line %d: unexpected content after the top-level object; the file must hold one JSON object", 1+bytes.Count(data[:min(int(dec.InputOffset()), len(data))], []byte("\n")))
+		return nil, nil, fmt.Errorf("line %d: unexpected content after the top-level object; the file must hold one JSON object", 1+bytes.Count(data[:min(int(dec.InputOffset()), len(data))], []byte("\n")))
 	}
 	if len(bs) == 0 {
-		return nil, errors.New("no browsers configured: the file must map browser names to {\"default\": …, \"versions\": {…}}")
+		return nil, nil, errors.New("no browsers configured: the file must map browser names to {\"default\": …, \"versions\": {…}}")
 	}
+	var warnings []string
 	for _, name := range sortedKeys(bs) {
 		v := bs[name]
 		switch {
 		case strings.TrimSpace(name) == "":
-			return nil, errors.New("a browser name is empty: clients ask for a browser by its name")
+			return nil, nil, errors.New("a browser name is empty: clients ask for a browser by its name")
 		case v == nil:
-			return nil, fmt.Errorf("browser %q: entry is null; give {\"default\": …, \"versions\": {…}}", name)
+			return nil, nil, fmt.Errorf("browser %q: entry is null; give {\"default\": …, \"versions\": {…}}", name)
 		case len(v.Versions) == 0:
-			return nil, fmt.Errorf("browser %q: \"versions\" is empty", name)
+			return nil, nil, fmt.Errorf("browser %q: \"versions\" is empty", name)
 		}
-		if v.Default != "" && v.Versions[v.Default] == nil {
-			return nil, fmt.Errorf("browser %q: \"default\" is %q, which is not one of its versions (%s)", name, v.Default, strings.Join(sortedKeys(v.Versions), ", "))
-		}
+		var unrunnable []string // Docker image versions under -disable-docker
 		for _, ver := range sortedKeys(v.Versions) {
 			b := v.Versions[ver]
 			where := fmt.Sprintf("browser %q version %q", name, ver)
 			if strings.TrimSpace(ver) == "" {
-				return nil, fmt.Errorf("browser %q: a version name is empty; an empty version request takes \"default\" instead", name)
+				return nil, nil, fmt.Errorf("browser %q: a version name is empty; an empty version request takes \"default\" instead", name)
 			}
 			if b == nil {
-				return nil, fmt.Errorf("%s: entry is null; give at least {\"image\": …}", where)
+				return nil, nil, fmt.Errorf("%s: entry is null; give at least {\"image\": …}", where)
 			}
-			switch {
-			case b.Image.IsCommand():
-				if b.Image.Command[0] == "" {
-					return nil, fmt.Errorf("%s: \"image\" command line starts with an empty program name", where)
-				}
-			case b.Image.Name == "":
-				return nil, fmt.Errorf("%s: \"image\" is missing: give a Docker image name or a command line array", where)
-			case !dockerAllowed:
-				return nil, fmt.Errorf("%s: \"image\" %q is a Docker image, but -disable-docker is set; give a command line array to run a local driver", where, b.Image.Name)
-			}
-			if b.Path != "" && !strings.HasPrefix(b.Path, "/") {
-				return nil, fmt.Errorf("%s: \"path\" %q must start with /", where, b.Path)
-			}
-			if b.Port != "" {
-				var p int
-				if _, err := fmt.Sscanf(b.Port, "%d", &p); err != nil || p < 1 || p > 65535 || fmt.Sprint(p) != b.Port {
-					return nil, fmt.Errorf("%s: \"port\" %q must be a number from 1 to 65535", where, b.Port)
-				}
+			if err := checkBrowser(b); err != nil {
+				return nil, nil, fmt.Errorf("%s: %v", where, err)
 			}
 			if b.ShmSize < 0 {
-				return nil, fmt.Errorf("%s: \"shmSize\" must not be negative", where)
+				warnings = append(warnings, fmt.Sprintf("%s: \"shmSize\" %d is negative, so it is unset: the container gets %d MiB of /dev/shm, as under Selenoid; give a size in bytes", where, b.ShmSize, ShmSizeDefault>>20))
 			}
-			if b.Display && !b.Image.IsCommand() {
-				return nil, fmt.Errorf("%s: \"display\" gives a local driver command a virtual screen; a container's image brings its own (remove it)", where)
+			if b.Image.IsCommand() {
+				continue
 			}
-			if b.Warm < 0 || b.Warm > 1000 {
-				return nil, fmt.Errorf("%s: \"warm\" must be a count of ready browsers from 0 to 1000 (got %d)", where, b.Warm)
+			if !dockerAllowed {
+				// Selenoid loads them and answers their requests "not
+				// available": a mixed file is common, and must not stop the hub.
+				unrunnable = append(unrunnable, ver)
+				continue
 			}
-			if b.Warm < 0 || b.Warm > 1000 {
-				return nil, fmt.Errorf("%s: \"warm\" must be a count of ready browsers from 0 to 1000 (got %d)", where, b.Warm)
+			// What a container alone reads: a local driver ignores these, as
+			// under Selenoid.
+			if _, err := ParseMem(b.Mem); err != nil {
+				return nil, nil, fmt.Errorf("%s: \"mem\": %v", where, err)
 			}
-			for _, e := range b.Env {
-				if !strings.Contains(e, "=") {
-					return nil, fmt.Errorf("%s: \"env\" entry %q must be NAME=value", where, e)
-				}
+			if _, err := ParseCPU(b.CPU); err != nil {
+				return nil, nil, fmt.Errorf("%s: \"cpu\": %v", where, err)
+			}
+		}
+		if len(unrunnable) > 0 {
+			warnings = append(warnings, fmt.Sprintf("browser %q: versions %s are Docker images, which this hub does not run (-disable-docker): their requests get \"Requested environment is not available\"; give them a command line array to run a local driver, or start the hub without -disable-docker",
+				name, strings.Join(unrunnable, ", ")))
+		}
+		if v.Default != "" && v.Versions[v.Default] == nil {
+			// Selenoid resolves "default" as it resolves a requested version:
+			// exactly or as a prefix. Resolved once here, so that the default
+			// is one version whatever reads it (the warm pool, Find).
+			if r, err := bs.Find(name, v.Default); err == nil {
+				v.Default = r.Version
+			} else {
+				warnings = append(warnings, fmt.Sprintf("browser %q: \"default\" is %q, which matches none of its versions (%s): a request without a version gets \"Requested environment is not available\"; name one of them",
+					name, v.Default, strings.Join(sortedKeys(v.Versions), ", ")))
 			}
 		}
 	}
-	return bs, nil
+	return bs, warnings, nil
+}
+
+// checkBrowser refuses what can never work in one version's entry, whatever
+// runs it.
+func checkBrowser(b *Browser) error {
+	switch {
+	case b.Image.IsCommand():
+		if b.Image.Command[0] == "" {
+			return errors.New("\"image\" command line starts with an empty program name")
+		}
+	case b.Image.Name == "":
+		return errors.New("\"image\" is missing: give a Docker image name or a command line array")
+	}
+	// Selenoid joins a path without "/" to the request's, and sends a
+	// request line no driver accepts ("POST wd/hub/session").
+	if b.Path != "" && !strings.HasPrefix(b.Path, "/") {
+		return fmt.Errorf("\"path\" %q must start with /", b.Path)
+	}
+	if b.Port != "" {
+		var p int
+		if _, err := fmt.Sscanf(b.Port, "%d", &p); err != nil || p < 1 || p > 65535 || fmt.Sprint(p) != b.Port {
+			return fmt.Errorf("\"port\" %q must be a number from 1 to 65535", b.Port)
+		}
+	}
+	if b.Display && !b.Image.IsCommand() {
+		return errors.New("\"display\" gives a local driver command a virtual screen; a container's image brings its own (remove it)")
+	}
+	if b.Warm < 0 || b.Warm > 1000 {
+		return fmt.Errorf("\"warm\" must be a count of ready browsers from 0 to 1000 (got %d)", b.Warm)
+	}
+	for _, e := range b.Env {
+		// "NAME" alone is Docker's way to unset the image's variable, and
+		// Selenoid passes it on; an empty name Docker refuses at every start.
+		if name, _, _ := strings.Cut(e, "="); strings.TrimSpace(name) == "" {
+			return fmt.Errorf("\"env\" entry %q has no variable name: give NAME=value, or NAME to unset the image's", e)
+		}
+	}
+	return nil
 }
 
 // Resolved is the entry a request resolved to.
@@ -214,6 +266,7 @@ func (bs Browsers) Find(name, version string) (Resolved, error) {
 	if v == nil {
 		return Resolved{}, &NotFoundError{fmt.Sprintf("browser %q is not configured; configured: %s", name, bs.Describe())}
 	}
+	asked := version
 	if version == "" {
 		version = v.Default
 		if version == "" {
@@ -228,6 +281,9 @@ func (bs Browsers) Find(name, version string) (Resolved, error) {
 		if strings.HasPrefix(keys[i], version) {
 			return Resolved{Name: name, Version: keys[i], Browser: v.Versions[keys[i]]}, nil
 		}
+	}
+	if asked == "" {
+		return Resolved{}, &NotFoundError{fmt.Sprintf("browser %q: no version requested, and its \"default\" %q matches none of its versions; ask for one of %s with browserVersion, or fix \"default\" in browsers.json", name, version, strings.Join(keys, ", "))}
 	}
 	return Resolved{}, &NotFoundError{fmt.Sprintf("browser %q version %q is not configured; configured versions: %s", name, version, strings.Join(keys, ", "))}
 }
@@ -299,6 +355,7 @@ type Store struct {
 
 	mu       sync.RWMutex
 	browsers Browsers
+	warnings []string
 	loadedAt time.Time
 }
 
@@ -320,14 +377,26 @@ func (s *Store) Reload() error {
 	if err != nil {
 		return fmt.Errorf("-conf %s: %w", s.path, err)
 	}
-	bs, err := Parse(data, s.dockerAllowed)
+	bs, warnings, err := ParseWithWarnings(data, s.dockerAllowed)
 	if err != nil {
 		return fmt.Errorf("-conf %s: %w", s.path, err)
 	}
+	for i, w := range warnings {
+		warnings[i] = fmt.Sprintf("-conf %s: %s", s.path, w)
+	}
 	s.mu.Lock()
-	s.browsers, s.loadedAt = bs, time.Now()
+	s.browsers, s.warnings, s.loadedAt = bs, warnings, time.Now()
 	s.mu.Unlock()
 	return nil
+}
+
+// Warnings are what the live configuration's file loads with but will not
+// work as it may mean (ParseWithWarnings), each naming the file: for the
+// operator's log after Load and each successful Reload.
+func (s *Store) Warnings() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.warnings)
 }
 
 // Browsers returns the live configuration. It must not be modified.

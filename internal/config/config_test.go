@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,13 +65,16 @@ func TestFind(t *testing.T) {
 
 func TestValidationNamesBrowserVersionField(t *testing.T) {
 	cases := []struct{ doc, want string }{
-		{`{"chrome": {"default": "2", "versions": {"1": {"image": ["x"]}}}}`, `browser "chrome": "default" is "2", which is not one of its versions (1)`},
 		{`{"chrome": {"versions": {}}}`, `browser "chrome": "versions" is empty`},
 		{`{"chrome": {"versions": {"1": {"port": "4444"}}}}`, `browser "chrome" version "1": "image" is missing`},
 		{`{"chrome": {"versions": {"1": {"image": 5}}}}`, `must be a Docker image name (a string) or a command line`},
 		{`{"chrome": {"versions": {"1": {"image": "x", "port": "http"}}}}`, `browser "chrome" version "1": "port" "http" must be a number`},
 		{`{"chrome": {"versions": {"1": {"image": "x", "path": "wd/hub"}}}}`, `browser "chrome" version "1": "path" "wd/hub" must start with /`},
-		{`{"chrome": {"versions": {"1": {"image": "x", "env": ["NOEQ"]}}}}`, `"env" entry "NOEQ" must be NAME=value`},
+		{`{"chrome": {"versions": {"1": {"image": "x", "env": ["=x"]}}}}`, `browser "chrome" version "1": "env" entry "=x" has no variable name`},
+		{`{"chrome": {"versions": {"1": {"image": "x", "mem": "lots"}}}}`, `browser "chrome" version "1": "mem": "lots" is not a memory size`},
+		{`{"chrome": {"versions": {"1": {"image": "x", "mem": "1e30g"}}}}`, `browser "chrome" version "1": "mem": "1e30g" is not a memory size`},
+		{`{"chrome": {"versions": {"1": {"image": "x", "cpu": "-1"}}}}`, `browser "chrome" version "1": "cpu": "-1" is not a CPU count`},
+		{`{"chrome": {"versions": {"1": {"image": "x", "cpu": "two"}}}}`, `browser "chrome" version "1": "cpu": "two" is not a CPU count`},
 		{`{"chrome": {"versions": {"1": {"image": "x", "display": true}}}}`, `browser "chrome" version "1": "display" gives a local driver command a virtual screen`},
 		{`{"chrome": {"versions": {"1": {"image": ["x"], "warm": -1}}}}`, `browser "chrome" version "1": "warm" must be a count`},
 		{"{\n\"chrome\": {,}}", "line 2:"},
@@ -87,10 +91,6 @@ func TestValidationNamesBrowserVersionField(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: err = %v, want %q", c.doc, err, c.want)
 		}
-	}
-	_, err := Parse([]byte(`{"chrome": {"versions": {"1": {"image": "selenoid/chrome"}}}}`), false)
-	if err == nil || !strings.Contains(err.Error(), "-disable-docker") {
-		t.Errorf("docker image under -disable-docker: %v", err)
 	}
 }
 
@@ -118,5 +118,98 @@ func TestReload(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(t.TempDir(), "missing.json"), false); err == nil || !strings.Contains(err.Error(), "-conf") {
 		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// Sizes and CPU counts mean what they mean to Selenoid: Docker's RAMInBytes
+// (binary units, optional b or ib, any case) and a float; 0 is no limit.
+func TestParseMemAndCPUAsSelenoid(t *testing.T) {
+	for s, want := range map[string]int64{
+		"": 0, "0": 0, "100": 100, "512k": 512 << 10, "512m": 512 << 20, "512MB": 512 << 20, "1g": 1 << 30,
+		"1gb": 1 << 30, "1GiB": 1 << 30, "1.5g": 3 << 29, "2t": 2 << 40, "1 g": 1 << 30, "1p": 1 << 50,
+	} {
+		if got, err := ParseMem(s); err != nil || got != want {
+			t.Errorf("ParseMem(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"lots", "-1g", "1x", "1gbb", "g", "1e30g", "NaN"} {
+		if got, err := ParseMem(s); err == nil || !strings.Contains(err.Error(), "not a memory size") {
+			t.Errorf("ParseMem(%q) = %d, %v; want refused", s, got, err)
+		}
+	}
+	for s, want := range map[string]int64{"": 0, "0": 0, "0.5": 5e8, "2": 2e9, "1.0": 1e9} {
+		if got, err := ParseCPU(s); err != nil || got != want {
+			t.Errorf("ParseCPU(%q) = %d, %v; want %d", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"-1", "two", "NaN", "Inf", "1e300"} {
+		if got, err := ParseCPU(s); err == nil || !strings.Contains(err.Error(), "not a CPU count") {
+			t.Errorf("ParseCPU(%q) = %d, %v; want refused", s, got, err)
+		}
+	}
+}
+
+// What Selenoid loads and the hub can run around loads, with a warning for
+// the operator: Docker image entries under -disable-docker (their requests
+// are "not available"), a "default" that names no version, a negative
+// "shmSize". A "default" that names a version by prefix is resolved, as
+// Selenoid resolves it; "NAME" alone in "env" is Docker's unset.
+func TestParseWarnsOfWhatSelenoidLoads(t *testing.T) {
+	const mixed = `{
+  "chrome": {"default": "128", "versions": {
+    "local": {"image": ["chromedriver"], "env": ["UNSET_ME"]},
+    "127.0": {"image": "selenoid/chrome:127.0", "mem": "lots"},
+    "128.0": {"image": "selenoid/chrome:128.0", "shmSize": -1}}},
+  "firefox": {"default": "130.0", "versions": {"57.0": {"image": ["geckodriver"]}}}
+}`
+	bs, warnings, err := ParseWithWarnings([]byte(mixed), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(warnings, "\n")
+	for _, want := range []string{
+		`browser "chrome": versions 127.0, 128.0 are Docker images, which this hub does not run (-disable-docker)`,
+		`browser "chrome" version "128.0": "shmSize" -1 is negative`,
+		`browser "firefox": "default" is "130.0", which matches none of its versions (57.0)`,
+	} {
+		if !strings.Contains(all, want) {
+			t.Errorf("warnings %q do not say %q", warnings, want)
+		}
+	}
+	if len(warnings) != 3 {
+		t.Errorf("%d warnings, want 3: %q", len(warnings), warnings)
+	}
+	if r, err := bs.Find("chrome", ""); err != nil || r.Version != "128.0" || bs["chrome"].Default != "128.0" {
+		t.Errorf("default \"128\" resolved to %q (default %q), %v; want 128.0", r.Version, bs["chrome"].Default, err)
+	}
+	if r, err := bs.Find("chrome", "127"); err != nil || r.Image.Name != "selenoid/chrome:127.0" {
+		t.Errorf("a Docker entry under -disable-docker is not found as configured (the hub answers it \"not available\"): %v", err)
+	}
+	var nf *NotFoundError
+	if _, err := bs.Find("firefox", ""); !errors.As(err, &nf) || !strings.Contains(err.Error(), `its "default" "130.0" matches none of its versions; ask for one of 57.0`) {
+		t.Errorf("no version asked, default unmatched: %v", err)
+	}
+	if _, w, err := ParseWithWarnings([]byte(mixed), true); err == nil || !strings.Contains(err.Error(), `version "127.0": "mem"`) || w != nil {
+		t.Errorf("with Docker, a bad \"mem\" of a Docker entry: %v (warnings %q)", err, w)
+	}
+}
+
+// The store keeps the warnings of the file it runs, each naming the file.
+func TestStoreWarnings(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "browsers.json")
+	os.WriteFile(path, []byte(`{"chrome": {"default": "2", "versions": {"1": {"image": ["a"]}}}}`), 0o644)
+	s, err := Load(path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := s.Warnings(); len(w) != 1 || !strings.HasPrefix(w[0], "-conf "+path+": ") || !strings.Contains(w[0], `"default" is "2"`) {
+		t.Fatalf("warnings %q", w)
+	}
+	os.WriteFile(path, []byte(`{"chrome": {"default": "1", "versions": {"1": {"image": ["a"]}}}}`), 0o644)
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if w := s.Warnings(); len(w) != 0 {
+		t.Fatalf("warnings after a clean reload: %q", w)
 	}
 }

@@ -168,6 +168,12 @@ type Options struct {
 	// poll's connection is closed after it. Nil: an http.Transport of its own.
 	// The hub passes its Transport to drivers, which dials into sandboxes.
 	ReadyTransport http.RoundTripper
+	// TimeZone is the hub's own time zone (an IANA name): the TZ of a
+	// container whose client names none, as under Selenoid, since a
+	// container does not inherit the hub's environment. Empty: WithDefaults
+	// sets HubTimeZone(); still empty, the hub's zone has no name and
+	// containers get no TZ of the hub's.
+	TimeZone string
 }
 
 // KeepLog says whether a session's output goes to a file.
@@ -296,7 +302,44 @@ func (o Options) WithDefaults() Options {
 	if o.Instance == "" {
 		o.Instance = DefaultInstance
 	}
+	if o.TimeZone == "" {
+		o.TimeZone = HubTimeZone()
+	}
 	return o
+}
+
+// HubTimeZone names the zone this process runs in, for a container to run
+// in the same one: TZ's zone when set, else the zone /etc/localtime links
+// to. "" when it has no name (a copied /etc/localtime).
+func HubTimeZone() string {
+	return zoneName(time.Local.String(), func() (string, error) { return os.Readlink("/etc/localtime") })
+}
+
+// zoneName names the zone of local, time.Local's name: the TZ variable's
+// value, "UTC" when the process fell back to it, or "Local" when the zone
+// came from /etc/localtime, whose symlink target localtime reads.
+func zoneName(local string, localtime func() (string, error)) string {
+	if local == "Local" {
+		target, err := localtime()
+		if err != nil {
+			return ""
+		}
+		local = target
+	}
+	if strings.HasPrefix(local, "/") || strings.Contains(local, "zoneinfo/") {
+		// A file's path (TZ=/usr/share/zoneinfo/Europe/Paris, or the link's
+		// target): the name is what follows zoneinfo/, which an image's
+		// zoneinfo also has; a file elsewhere the image need not have.
+		i := strings.LastIndex(local, "zoneinfo/")
+		if i < 0 {
+			return ""
+		}
+		local = local[i+len("zoneinfo/"):]
+	}
+	if _, err := time.LoadLocation(local); err != nil || local == "" || local == "Local" {
+		return ""
+	}
+	return local
 }
 
 // Validate says which flag holds a value no launcher can work with.
@@ -315,10 +358,43 @@ func (o Options) Validate() error {
 // Env is a session's environment, in one order for every launcher, later
 // entries winning: the client's "env", then what the hub derives from the
 // client's options (TZ, SCREEN_RESOLUTION, ENABLE_VNC; ENABLE_VIDEO for a
-// container), then the operator's
-// browsers.json "env". The operator has the last word over what runs on the
-// host. Each name appears once, at the place of its first mention.
-func Env(r Request) []string {
+// container), then the operator's browsers.json "env". The operator has the
+// last word over what runs on the host. Each name appears once, at the place
+// of its first mention. A local driver process runs on the hub's host, in
+// its time zone; a container gets ContainerEnv.
+func Env(r Request) []string { return env(r, "") }
+
+// ContainerEnv is Env for a browser in a container, with Selenoid's time
+// zone: a container does not inherit the hub's environment, so TZ is
+// hubZone (Options.TimeZone) unless the client's "timeZone" names a zone
+// time.LoadLocation knows, and a client's or the operator's "env" TZ wins
+// over hubZone as over any default. An unknown "timeZone" is dropped for
+// hubZone, as Selenoid drops it (BAD_TIMEZONE): a container told an unknown
+// zone would run in UTC, whatever the hub's.
+func ContainerEnv(r Request, hubZone string) []string {
+	if !KnownZone(r.Options.TimeZone) {
+		r.Options.TimeZone = ""
+	}
+	return env(r, hubZone)
+}
+
+// KnownZone reports whether tz is empty or a zone time.LoadLocation knows.
+// "Local" is not a zone a container can be told.
+func KnownZone(tz string) bool {
+	if tz == "" {
+		return true
+	}
+	_, err := time.LoadLocation(tz)
+	return err == nil && tz != "Local"
+}
+
+// env is Env with hubZone, if not "", as the TZ every other layer may
+// override.
+func env(r Request, hubZone string) []string {
+	var base []string
+	if hubZone != "" {
+		base = append(base, "TZ="+hubZone)
+	}
 	var derived []string
 	if r.Options.TimeZone != "" {
 		derived = append(derived, "TZ="+r.Options.TimeZone)
@@ -336,10 +412,10 @@ func Env(r Request) []string {
 	}
 	var out []string
 	at := map[string]int{}
-	for i, layer := range [][]string{r.Options.Env, derived, r.Browser.Env} {
+	for i, layer := range [][]string{base, r.Options.Env, derived, r.Browser.Env} {
 		for _, kv := range layer {
 			name, _, _ := strings.Cut(kv, "=")
-			if i == 0 && !clientEnvAllowed(r.Browser, name) {
+			if i == 1 && !clientEnvAllowed(r.Browser, name) {
 				continue // refused before queueing (CheckClient); dropped here too
 			}
 			if i, ok := at[name]; ok {

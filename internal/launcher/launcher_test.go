@@ -142,3 +142,79 @@ func TestNetworksAndContainersFromTheOperatorOnly(t *testing.T) {
 		t.Error("a network joined with no allowedNetworks in browsers.json")
 	}
 }
+
+// A container runs in a zone as under Selenoid: the client's "timeZone" if
+// the hub knows it, else the hub's own; a client's or the operator's "env" TZ
+// wins over the hub's. A local driver's environment is as before: it runs on
+// the hub's host, in its zone.
+func TestContainerEnvTimeZone(t *testing.T) {
+	image := &config.Browser{Image: config.Image{Name: "selenoid/chrome"}}
+	for _, c := range []struct {
+		name string
+		b    *config.Browser
+		o    webdriver.Options
+		hub  string
+		want string // "": no TZ
+	}{
+		{"none asked: the hub's", image, webdriver.Options{}, "Europe/Berlin", "Europe/Berlin"},
+		{"the client's timeZone", image, webdriver.Options{TimeZone: "Asia/Tokyo"}, "Europe/Berlin", "Asia/Tokyo"},
+		{"an unknown timeZone: the hub's", image, webdriver.Options{TimeZone: "Mars/Olympus_Mons"}, "Europe/Berlin", "Europe/Berlin"},
+		{"Local is no zone to tell a container", image, webdriver.Options{TimeZone: "Local"}, "UTC", "UTC"},
+		{"the client's env TZ beats the hub's", image, webdriver.Options{Env: []string{"TZ=America/New_York"}}, "Europe/Berlin", "America/New_York"},
+		{"the operator's env TZ beats all", &config.Browser{Image: config.Image{Name: "x"}, Env: []string{"TZ=UTC"}}, webdriver.Options{TimeZone: "Asia/Tokyo"}, "Europe/Berlin", "UTC"},
+		{"a hub zone without a name: none", image, webdriver.Options{}, "", ""},
+	} {
+		env := ContainerEnv(Request{Browser: config.Resolved{Browser: c.b}, Options: c.o}, c.hub)
+		var tz []string
+		for _, kv := range env {
+			if v, ok := strings.CutPrefix(kv, "TZ="); ok {
+				tz = append(tz, v)
+			}
+		}
+		if len(tz) > 1 || strings.Join(tz, "") != c.want {
+			t.Errorf("%s: TZ %v in %v, want %q", c.name, tz, env, c.want)
+		}
+	}
+	local := config.Resolved{Browser: &config.Browser{Image: config.Image{Command: []string{"chromedriver"}}}}
+	if env := Env(Request{Browser: local}); len(env) != 0 {
+		t.Errorf("local driver, nothing asked: %v", env)
+	}
+	if env := Env(Request{Browser: local, Options: webdriver.Options{TimeZone: "Asia/Tokyo"}}); strings.Join(env, " ") != "TZ=Asia/Tokyo" {
+		t.Errorf("local driver with timeZone: %v", env)
+	}
+}
+
+// The hub's zone is named as a container's TZ can take it: TZ's value, the
+// zone /etc/localtime links to when Go calls it "Local", or nothing.
+func TestZoneName(t *testing.T) {
+	link := func(target string) func() (string, error) {
+		return func() (string, error) { return target, nil }
+	}
+	notLink := func() (string, error) { return "", errors.New("invalid argument") }
+	for _, c := range []struct {
+		local     string
+		localtime func() (string, error)
+		want      string
+	}{
+		{"Europe/Paris", notLink, "Europe/Paris"},
+		{"UTC", notLink, "UTC"},
+		{"Local", link("/usr/share/zoneinfo/Asia/Tokyo"), "Asia/Tokyo"},
+		{"Local", link("../usr/share/zoneinfo/America/Sao_Paulo"), "America/Sao_Paulo"},
+		{"Local", link("/etc/zoneinfo/Etc/UTC"), "Etc/UTC"},
+		{"Local", notLink, ""},                  // a copied file: no name
+		{"Local", link("/etc/mytime"), ""},      // outside a zoneinfo tree
+		{"Local", link("zoneinfo/Nowhere"), ""}, // no such zone
+		{"/usr/share/zoneinfo/Europe/Rome", notLink, "Europe/Rome"},
+		{"/opt/tz/custom", notLink, ""},
+	} {
+		if got := zoneName(c.local, c.localtime); got != c.want {
+			t.Errorf("zoneName(%q) = %q, want %q", c.local, got, c.want)
+		}
+	}
+	if o := (Options{TimeZone: "Asia/Tokyo"}).WithDefaults(); o.TimeZone != "Asia/Tokyo" {
+		t.Errorf("WithDefaults replaced a set zone with %q", o.TimeZone)
+	}
+	if o := (Options{}).WithDefaults(); o.TimeZone != HubTimeZone() {
+		t.Errorf("WithDefaults gives the zone %q, the hub's is %q", o.TimeZone, HubTimeZone())
+	}
+}

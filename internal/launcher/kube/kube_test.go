@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -408,5 +409,48 @@ func TestKeptLogFromThePod(t *testing.T) {
 	}
 	if data, err := os.ReadFile(filepath.Join(logs, "run.log")); err != nil || string(data) != "fake logs" {
 		t.Errorf("kept log: %q %v", data, err)
+	}
+}
+
+// A pod gets what a Selenoid container gets when its entry and client say
+// nothing: 256 MiB of /dev/shm (unless its tmpfs mounts one), the hub's time
+// zone, and no limit for a "0" cpu or mem.
+func TestPodDefaultsAsSelenoid(t *testing.T) {
+	l := &Launcher{opts: Options{Namespace: "browsers", Options: launcher.Options{Instance: "hub", TimeZone: "Asia/Tokyo"}}}
+	b := entry("websummoner/chromium:latest", "")
+	b.CPU, b.Mem = "0", "0"
+	pod, err := l.podSpec(launcher.Request{ID: "1", Browser: b}, podName("hub", "1-a"), "1-a", "10.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shm := 0
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == shmVolume && v.EmptyDir != nil && v.EmptyDir.SizeLimit.Value() == 256<<20 {
+			shm++
+		}
+	}
+	if shm != 1 {
+		t.Errorf("volumes %v: want one /dev/shm of 256 MiB", pod.Spec.Volumes)
+	}
+	c := pod.Spec.Containers[0]
+	if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == "TZ" && e.Value == "Asia/Tokyo" }) {
+		t.Errorf("env %v: want the hub's TZ", c.Env)
+	}
+	if len(c.Resources.Limits) != 0 {
+		t.Errorf("limits %v: \"0\" is no limit", c.Resources.Limits)
+	}
+	b.Tmpfs = map[string]string{"/dev/shm": "size=1g"}
+	pod, err = l.podSpec(launcher.Request{ID: "1", Browser: b}, podName("hub", "1-a"), "1-a", "10.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts := 0
+	for _, m := range pod.Spec.Containers[0].VolumeMounts {
+		if m.MountPath == "/dev/shm" {
+			mounts++
+		}
+	}
+	if mounts != 1 {
+		t.Errorf("%d mounts at /dev/shm, want the entry's tmpfs alone", mounts)
 	}
 }

@@ -137,7 +137,7 @@ func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string)
 			browser.Ports = append(browser.Ports, corev1.ContainerPort{Name: s.name, ContainerPort: s.port, Protocol: corev1.ProtocolTCP})
 		}
 	}
-	for _, kv := range launcher.Env(r) {
+	for _, kv := range launcher.ContainerEnv(r, l.opts.TimeZone) {
 		k, v, _ := strings.Cut(kv, "=")
 		browser.Env = append(browser.Env, corev1.EnvVar{Name: k, Value: v})
 	}
@@ -158,8 +158,14 @@ func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string)
 	if h := o.ContainerHostname; h != "" && len(validation.IsDNS1123Label(h)) > 0 {
 		return nil, fmt.Errorf("containerHostname %q is not a DNS label (lower-case letters, digits and '-', at most 63)", h)
 	}
-	if b.ShmSize > 0 {
-		addMemoryVolume(pod, &browser, shmVolume, "/dev/shm", b.ShmSize)
+	if _, own := b.Tmpfs["/dev/shm"]; !own {
+		// Selenoid's 256 MiB when the entry sets none, not the runtime's 64
+		// MiB, in which Chromium's tabs crash.
+		shm := b.ShmSize
+		if shm <= 0 {
+			shm = config.ShmSizeDefault
+		}
+		addMemoryVolume(pod, &browser, shmVolume, "/dev/shm", shm)
 	}
 	for k, dir := range slices.Sorted(maps.Keys(b.Tmpfs)) {
 		size, err := tmpfsSize(b.Tmpfs[dir])
@@ -210,18 +216,22 @@ func (l *Launcher) resources(b *config.Browser) (corev1.ResourceRequirements, er
 	if memStr != "" {
 		// Selenoid's sizes: "512m" is 512 MiB, where to Kubernetes it would
 		// be half a byte.
-		n, err := docker.ParseSize(memStr)
+		n, err := config.ParseMem(memStr)
 		if err != nil {
 			return rr, fmt.Errorf("\"mem\": %v", err)
 		}
-		list[corev1.ResourceMemory] = *resource.NewQuantity(n, resource.BinarySI)
+		if n > 0 { // "0" is no limit, as under Selenoid
+			list[corev1.ResourceMemory] = *resource.NewQuantity(n, resource.BinarySI)
+		}
 	}
 	if cpuStr != "" {
-		n, err := strconv.ParseFloat(cpuStr, 64)
-		if err != nil || n <= 0 {
-			return rr, fmt.Errorf("\"cpu\": %q is not a CPU count such as 0.5 or 2.0", cpuStr)
+		nano, err := config.ParseCPU(cpuStr)
+		if err != nil {
+			return rr, fmt.Errorf("\"cpu\": %v", err)
 		}
-		list[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(n*1000+0.5), resource.DecimalSI)
+		if nano > 0 {
+			list[corev1.ResourceCPU] = *resource.NewMilliQuantity((nano+500_000)/1_000_000, resource.DecimalSI)
+		}
 	}
 	if len(list) > 0 {
 		rr.Requests, rr.Limits = list, list.DeepCopy()
