@@ -61,14 +61,7 @@ func runHubContainer(t *testing.T, image, name, conf string, runArgs []string, h
 // (the live session keeps working, new requests get 503 + Retry-After) and
 // leaves no browser behind; a SIGKILLed hub's browsers are swept by the next.
 func TestHubContainer(t *testing.T) {
-	requireRealParts(t)
-	requireDocker(t)
-	out, err := exec.Command("make", "-s", "-C", "..", "image").Output()
-	if err != nil {
-		t.Fatalf("make image: %v", err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	image := lines[len(lines)-1]
+	image := hubImage(t)
 	if health, _ := exec.Command("docker", "image", "inspect", "-f", "{{json .Config.Healthcheck.Test}} {{.Config.User}}", image).Output(); !strings.Contains(string(health), "-healthcheck") || strings.HasPrefix(strings.Fields(string(health))[1], "0") {
 		t.Fatalf("image healthcheck and user: %s", health)
 	}
@@ -152,14 +145,7 @@ func TestHubContainer(t *testing.T) {
 // for the session's life and dials the browser there: nothing of the
 // browser is published on the host, and the network goes with the session.
 func TestHubContainerSelenoidWay(t *testing.T) {
-	requireRealParts(t)
-	requireDocker(t)
-	out, err := exec.Command("make", "-s", "-C", "..", "image").Output()
-	if err != nil {
-		t.Fatalf("make image: %v", err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	image := lines[len(lines)-1]
+	image := hubImage(t)
 	instance := "e2e-hubip-" + runID
 	removeInstance(t, instance)
 	conf := filepath.Join(t.TempDir(), "browsers.json")
@@ -231,4 +217,17 @@ func dockerOut(t *testing.T, args ...string) string {
 		t.Fatalf("docker %s: %v", strings.Join(args, " "), err)
 	}
 	return string(out)
+}
+
+// hubImage builds the hub's image (make image) and returns its tag.
+func hubImage(t *testing.T) string {
+	t.Helper()
+	requireRealParts(t)
+	requireDocker(t)
+	out, err := exec.Command("make", "-s", "-C", "..", "image").Output()
+	if err != nil {
+		t.Fatalf("make image: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
 }

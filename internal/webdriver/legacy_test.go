@@ -85,14 +85,7 @@ func TestLegacyOptionsMerge(t *testing.T) {
 			want: Options{Ignored: []string{"selenoid:options.nmae"}}},
 	}
 	for _, c := range cases {
-		n, err := ParseNewSession([]byte(c.body))
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		cs, err := n.Candidates()
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
+		_, cs := candidatesOf(t, c.name, c.body)
 		if got := cs[0].Options; !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s:\n got %+v\nwant %+v", c.name, got, c.want)
 		}
@@ -136,14 +129,7 @@ func TestDesiredCapabilitiesNameTheBrowser(t *testing.T) {
 		{"desiredCapabilities naming none", `{"capabilities":{"alwaysMatch":{}},"desiredCapabilities":{"version":"128"}}`, "", ""},
 	}
 	for _, c := range cases {
-		n, err := ParseNewSession([]byte(c.body))
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		cs, err := n.Candidates()
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
+		n, cs := candidatesOf(t, c.name, c.body)
 		if !n.W3C || cs[0].Browser != c.browser || cs[0].Version != c.version {
 			t.Errorf("%s: W3C %v, browser %q version %q; want %q %q", c.name, n.W3C, cs[0].Browser, cs[0].Version, c.browser, c.version)
 		}
@@ -159,4 +145,18 @@ func TestDesiredCapabilitiesNameTheBrowser(t *testing.T) {
 	}
 	// desiredCapabilities' version is a string, as Selenoid decodes it.
 	wantArgumentError(t, `{"capabilities":{},"desiredCapabilities":{"browserName":"chrome","version":128}}`, `desiredCapabilities.version must be a string (got a number)`)
+}
+
+// candidatesOf parses a new-session body named name into its candidates.
+func candidatesOf(t *testing.T, name, body string) (*NewSession, []Candidate) {
+	t.Helper()
+	n, err := ParseNewSession([]byte(body))
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	cs, err := n.Candidates()
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return n, cs
 }
