@@ -185,18 +185,8 @@ func TestHubContainerSelenoidWay(t *testing.T) {
 	}
 	// The teardown (container, then network) ends after the answer, and
 	// holds the slot until it has.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		var st struct{ Used int }
-		if resp, err := http.Get(url + "/status"); err == nil {
-			_ = json.NewDecoder(resp.Body).Decode(&st)
-			resp.Body.Close()
-			if st.Used == 0 {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the session's teardown did not end within a minute")
-		}
+	if st := (&hub{url: url}).settled(t); st["used"] != 0.0 {
+		t.Fatalf("the session's teardown did not end: %v", st)
 	}
 	if left := containers(t, instance); len(left) != 0 {
 		t.Errorf("browsers left: %v", left)

@@ -171,7 +171,7 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.IntVar(&c.queue.MaxWaiting, "queue-max", 0, "Most requests that may wait at once; more are refused with 429 (0 = unbounded)")
 	c.queue.MaxWaitingBytes = queue.DefaultMaxWaitingBytes
 	fs.Func("queue-max-bytes", "Most capabilities' bytes the waiting requests may hold together, e.g. 512m or 4g; one that would pass it is refused with 429, unless it is the only one waiting (default 1g; 0 = unbounded)", func(v string) error {
-		n, err := docker.ParseSize(v)
+		n, err := config.ParseMem(v)
 		if err != nil || n < 0 {
 			return fmt.Errorf("-queue-max-bytes must be 0 (unbounded) or a size such as 512m or 4g (got %q)", v)
 		}
@@ -185,7 +185,7 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.DurationVar(&c.hub.SessionAttemptTimeout, "session-attempt-timeout", hub.DefaultSessionAttemptTimeout, "How long the driver's new-session call may take, per attempt (0 = the default)")
 	fs.IntVar(&c.hub.RetryCount, "retry-count", 1, "Attempts to start a browser for one new-session request (0 = the default, 1)")
 	fs.Func("max-upload-size", "Largest file upload passed to a driver, e.g. 64m or 1g (Selenium's send_keys of a local file)", func(v string) error {
-		n, err := docker.ParseSize(v)
+		n, err := config.ParseMem(v)
 		if err != nil || n <= 0 {
 			return fmt.Errorf("%q is not a size such as 64m or 1g", v)
 		}
@@ -594,7 +594,7 @@ func retentionSize(dst *int64) func(string) error {
 			*dst = 0
 			return nil
 		}
-		n, err := docker.ParseSize(v)
+		n, err := config.ParseMem(v)
 		if err != nil || n <= 0 {
 			return fmt.Errorf("%q is not a size such as 10g or 500m (0 keeps everything)", v)
 		}

@@ -50,11 +50,11 @@ func (l *Launcher) containerConfig(r launcher.Request, session string, side []na
 	if cpuStr == "" {
 		cpuStr = l.opts.CPU
 	}
-	mem, err := parseMem(memStr)
+	mem, err := config.ParseMem(memStr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("\"mem\": %v", err)
 	}
-	cpu, err := parseCPU(cpuStr)
+	cpu, err := config.ParseCPU(cpuStr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("\"cpu\": %v", err)
 	}
@@ -120,17 +120,6 @@ func portOf(b *config.Browser) string {
 	}
 	return "4444"
 }
-
-// ParseSize reads Selenoid's sizes, as -mem takes them: Docker's units (512m,
-// 1g, 1GiB, 2t) or bytes; "" and "0" are 0 (config.ParseMem).
-func ParseSize(s string) (int64, error) { return config.ParseMem(s) }
-
-// parseMem reads -mem or browsers.json "mem" as Selenoid does; 0 is no limit.
-func parseMem(s string) (int64, error) { return config.ParseMem(s) }
-
-// parseCPU reads -cpu or browsers.json "cpu" into Docker's NanoCPUs as
-// Selenoid does; 0 is no limit.
-func parseCPU(s string) (int64, error) { return config.ParseCPU(s) }
 
 // LoadLogConfig reads -log-conf: a container log driver and its options, as
 // JSON ({"Type": "json-file", "Config": {"max-size": "10m"}}), as Selenoid's

@@ -113,10 +113,10 @@ func (o Options) Validate() error {
 	case o.SweepInterval < 0:
 		return fmt.Errorf("-sweep-interval must be a positive duration such as 30s (got %v)", o.SweepInterval)
 	}
-	if _, err := parseMem(o.Mem); err != nil {
+	if _, err := config.ParseMem(o.Mem); err != nil {
 		return fmt.Errorf("-mem: %v", err)
 	}
-	if _, err := parseCPU(o.CPU); err != nil {
+	if _, err := config.ParseCPU(o.CPU); err != nil {
 		return fmt.Errorf("-cpu: %v", err)
 	}
 	return nil

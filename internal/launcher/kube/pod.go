@@ -254,7 +254,7 @@ func addMemoryVolume(pod *corev1.Pod, c *corev1.Container, name, dir string, siz
 func tmpfsSize(opts string) (int64, error) {
 	for _, o := range strings.Split(opts, ",") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(o), "size="); ok {
-			return docker.ParseSize(v)
+			return config.ParseMem(v)
 		}
 	}
 	return 0, nil
