@@ -90,7 +90,11 @@ func (l *Launcher) findSelf(ctx context.Context) (string, error) {
 			continue
 		case err != nil:
 			return "", fmt.Errorf("asking the engine whether the hub runs in container %s: %w", c, err)
-		case strings.HasPrefix(info.ID, c): // not a container that is merely named so
+		case !strings.HasPrefix(info.ID, c): // a container merely named so
+		case c == host && (info.Config == nil || info.Config.Hostname != host):
+			// A machine whose name looks like an id is no container of
+			// that id unless the container has that name too.
+		default:
 			return info.ID, nil
 		}
 	}
@@ -98,19 +102,28 @@ func (l *Launcher) findSelf(ctx context.Context) (string, error) {
 }
 
 var (
-	containerPath = regexp.MustCompile(`/containers/([0-9a-f]{64})/`)
-	shortIDName   = regexp.MustCompile(`^[0-9a-f]{12}$`)
+	// engineFile is the source of a file the engine mounts into each of its
+	// containers, as mountinfo's root field names it.
+	engineFile  = regexp.MustCompile(`/containers/([0-9a-f]{64})/(?:hostname|hosts|resolv\.conf)$`)
+	shortIDName = regexp.MustCompile(`^[0-9a-f]{12}$`)
 )
 
 // selfCandidates are the ids the hub's container may have: the one in the
-// paths of the files the engine mounts into each of its containers
-// (/etc/hostname, /etc/hosts, /etc/resolv.conf from …/containers/<id>/), and
-// the host name when it is a short id, the engine's default host name.
+// source of the files the engine mounts over /etc/hostname, /etc/hosts and
+// /etc/resolv.conf in each of its containers, and the host name when it is a
+// short id, the engine's default host name. Only those mount points count:
+// on the engine's host, mountinfo lists every running container's
+// …/containers/<id>/mounts/shm, and none of those is the hub's.
 func selfCandidates(mountinfo []byte, hostname string) []string {
 	var out []string
-	for _, m := range containerPath.FindAllSubmatch(mountinfo, -1) {
-		if id := string(m[1]); !slices.Contains(out, id) {
-			out = append(out, id)
+	for line := range strings.Lines(string(mountinfo)) {
+		// ID parent major:minor root mount-point options …
+		f := strings.Fields(line)
+		if len(f) < 5 || (f[4] != "/etc/hostname" && f[4] != "/etc/hosts" && f[4] != "/etc/resolv.conf") {
+			continue
+		}
+		if m := engineFile.FindStringSubmatch(f[3]); m != nil && !slices.Contains(out, m[1]) {
+			out = append(out, m[1])
 		}
 	}
 	if shortIDName.MatchString(hostname) && !slices.ContainsFunc(out, func(id string) bool { return strings.HasPrefix(id, hostname) }) {

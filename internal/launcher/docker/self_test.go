@@ -1,7 +1,10 @@
 package docker
 
 import (
+	"context"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/docker/docker/api/types/container"
@@ -28,11 +31,47 @@ func TestSelfCandidates(t *testing.T) {
 		{nil, id[:12], []string{id[:12]}},
 		{[]byte("22 1 0:21 / / rw - overlay overlay rw\n"), "vm", nil},
 		{nil, "0123456789ab0", nil},
+		// The engine's host lists every running container's shm mount;
+		// the hub there is in none of them.
+		{[]byte(`22 1 0:21 / / rw - ext4 /dev/root rw
+2254 29 0:272 / /var/lib/docker/containers/` + id + `/mounts/shm rw,nosuid,nodev,noexec,relatime shared:1159 - tmpfs shm rw,size=262144k
+2260 29 0:280 / /run/docker/netns/3f2a rw shared:1160 - nsfs nsfs rw
+`), "ci-vm", nil},
+		// A file of the engine's mounted elsewhere is no sign either.
+		{[]byte("1531 1520 259:1 /var/lib/docker/containers/" + id + "/hostname /mnt/h rw - ext4 /dev/root rw\n"), "vm", nil},
 	}
 	for _, c := range cases {
 		if got := selfCandidates(c.mountinfo, c.host); !slices.Equal(got, c.want) {
 			t.Errorf("selfCandidates(…, %q) = %q, want %q", c.host, got, c.want)
 		}
+	}
+}
+
+// Another container running on the engine, with its /dev/shm mounted on the
+// engine's host (IPC "shareable", some engines' default), is not taken for
+// the hub's own: a hub that did joined that container to session networks,
+// and failed every start once it was gone.
+func TestAnotherContainerIsNotTheHub(t *testing.T) {
+	l, _ := newLauncher(t, Options{}, nil)
+	ctx := context.Background()
+	other, err := engine.ContainerCreate(ctx, &container.Config{Image: stubImage,
+		Labels: map[string]string{LabelInstance: l.opts.Instance, LabelSession: "other"}},
+		&container.HostConfig{IpcMode: container.IPCModeShareable}, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := engine.ContainerStart(ctx, other.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); !strings.Contains(string(mi), other.ID) {
+		t.Log("this engine's host does not share its mounts with the tests: the check below is weaker")
+	}
+	self, err := l.findSelf(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if self == other.ID {
+		t.Fatalf("the hub took container %s, another one on its engine, for its own", shortID(other.ID))
 	}
 }
 
