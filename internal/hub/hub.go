@@ -23,6 +23,7 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/websummoner/websummoner/internal/capacity"
 	"github.com/websummoner/websummoner/internal/config"
@@ -198,9 +199,10 @@ type Hub struct {
 	client    *http.Client
 	router    *mux.Router
 	m         *metrics
-	hangups   hangup.Watcher // clients of detached waiting requests
-	side      sideChannels   // open side channels, against their caps
-	pool      *pool.Pool     // nil while -warm-pool is off
+	hangups   hangup.Watcher      // clients of detached waiting requests
+	side      sideChannels        // open side channels, against their caps
+	pool      *pool.Pool          // nil while -warm-pool is off
+	uploads   *semaphore.Weighted // bytes of file uploads held at once (uploadBudget)
 
 	started  time.Time
 	requests atomic.Uint64
@@ -219,7 +221,8 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	h := &Hub{opts: opts, log: logger, queue: q, conf: conf, launchers: ls, sessions: sessions, started: time.Now()}
+	h := &Hub{opts: opts, log: logger, queue: q, conf: conf, launchers: ls, sessions: sessions, started: time.Now(),
+		uploads: semaphore.NewWeighted(uploadBudget * opts.MaxUploadSize)}
 	// The new-session call must not follow a driver's redirects and re-post the
 	// capabilities somewhere else.
 	h.client = &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

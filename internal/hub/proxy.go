@@ -88,6 +88,17 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 			webdriver.WriteError(w, http.StatusRequestEntityTooLarge, webdriver.ErrInvalidArgument, h.uploadTooLarge())
 			return
 		}
+		// The body is held in memory until the driver has it: the bytes held
+		// at once are bounded, and an upload over the budget waits its turn
+		// (or until its client gives up) instead of the hub running out.
+		held := r.ContentLength
+		if held < 0 { // chunked: up to the limit
+			held = h.opts.MaxUploadSize
+		}
+		if err := h.uploads.Acquire(r.Context(), held); err != nil {
+			return // the client left while waiting; nobody to answer
+		}
+		defer h.uploads.Release(held)
 		r.Body = http.MaxBytesReader(w, r.Body, h.opts.MaxUploadSize)
 		if !h.checkUpload(w, r) { // the zip's decompressed size is bounded too
 			return

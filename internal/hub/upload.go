@@ -26,6 +26,11 @@ import (
 // file, and each entry is work for the driver and a file on its host.
 const maxUploadEntries = 64
 
+// uploadBudget is how many -max-upload-size uploads the hub holds in memory
+// at once, while it checks them and the driver reads them: each costs its
+// body and, while checked, its decoded zip. Those over the budget wait.
+const uploadBudget = 4
+
 // errUploadTooLarge is an upload whose zip decompresses to more than
 // -max-upload-size.
 var errUploadTooLarge = errors.New("the upload decompresses to more than -max-upload-size")

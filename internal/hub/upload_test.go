@@ -11,7 +11,10 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 
 	"github.com/websummoner/websummoner/internal/queue"
 )
@@ -188,4 +191,54 @@ func TestUploadDecompressedSizeBounded(t *testing.T) {
 	if f.sess.Len() != 1 {
 		t.Fatal("a refused upload ended the session")
 	}
+}
+
+// The file uploads the hub holds in memory at once are bounded: past
+// uploadBudget uploads of -max-upload-size, the next waits until one has gone
+// through its driver, then goes on; none is refused or lost. In fake time, so
+// that "waits" is a fact, not a timing margin.
+func TestUploadsHeldAtOnceAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var arrived atomic.Int32
+		release := make(chan struct{})
+		done := sync.OnceFunc(func() { close(release) })
+		defer done() // a failed check leaves no upload blocked in the bubble
+		l := &stubLauncher{mem: newMemTransport(), wrap: func(h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if strings.HasSuffix(r.URL.Path, "/file") {
+					arrived.Add(1)
+					<-release // the driver still reading: the hub still holds the body
+				}
+				h.ServeHTTP(w, r)
+			})
+		}}
+		f := newFixture(t, queue.Options{Limit: 1}, Options{MaxUploadSize: 1 << 20}, l)
+		_, body := f.do("POST", "/session", w3cChrome)
+		id := body["value"].(map[string]any)["sessionId"].(string)
+		// Most of a MiB each, with a length: four fit in the budget, five do not.
+		upload := `{"file":"` + base64.StdEncoding.EncodeToString(zipOf(t, map[string][]byte{"a.txt": []byte("a")})) +
+			`","pad":"` + strings.Repeat("x", 900<<10) + `"}`
+		codes := make(chan int, uploadBudget+1)
+		for range uploadBudget + 1 {
+			go func() {
+				resp, _ := f.do("POST", "/session/"+id+"/se/file", upload)
+				codes <- resp.StatusCode
+			}()
+		}
+		synctest.Wait()
+		if n := arrived.Load(); n != uploadBudget {
+			t.Fatalf("%d uploads of %d KiB reached the driver at once, want %d (a budget of %d MiB)", n, len(upload)>>10, uploadBudget, uploadBudget)
+		}
+		release <- struct{}{} // one goes through: the waiting one goes on
+		synctest.Wait()
+		if n := arrived.Load(); n != uploadBudget+1 {
+			t.Fatalf("after one upload went through, %d had reached the driver, want %d", n, uploadBudget+1)
+		}
+		done()
+		for range uploadBudget + 1 {
+			if code := <-codes; code != 200 {
+				t.Errorf("an upload answered %d", code)
+			}
+		}
+	})
 }
