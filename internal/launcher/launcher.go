@@ -369,10 +369,12 @@ func Env(r Request) []string { return env(r, "") }
 // hubZone (Options.TimeZone) unless the client's "timeZone" names a zone
 // time.LoadLocation knows, and a client's or the operator's "env" TZ wins
 // over hubZone as over any default. An unknown "timeZone" is dropped for
-// hubZone, as Selenoid drops it (BAD_TIMEZONE): a container told an unknown
-// zone would run in UTC, whatever the hub's.
-func ContainerEnv(r Request, hubZone string) []string {
+// hubZone and logged on log, as Selenoid drops it (BAD_TIMEZONE): a
+// container told an unknown zone would run in UTC, whatever the hub's.
+func ContainerEnv(r Request, hubZone string, log *slog.Logger) []string {
 	if !KnownZone(r.Options.TimeZone) {
+		logtag.Event(log, slog.LevelWarn, r.ID, "BAD_TIMEZONE", r.Options.TimeZone,
+			fmt.Sprintf("not a time zone the hub knows; the browser gets the hub's (%q), as under Selenoid", hubZone))
 		r.Options.TimeZone = ""
 	}
 	return env(r, hubZone)

@@ -164,7 +164,7 @@ func TestContainerEnvTimeZone(t *testing.T) {
 		{"the operator's env TZ beats all", &config.Browser{Image: config.Image{Name: "x"}, Env: []string{"TZ=UTC"}}, webdriver.Options{TimeZone: "Asia/Tokyo"}, "Europe/Berlin", "UTC"},
 		{"a hub zone without a name: none", image, webdriver.Options{}, "", ""},
 	} {
-		env := ContainerEnv(Request{Browser: config.Resolved{Browser: c.b}, Options: c.o}, c.hub)
+		env := ContainerEnv(Request{Browser: config.Resolved{Browser: c.b}, Options: c.o}, c.hub, nil)
 		var tz []string
 		for _, kv := range env {
 			if v, ok := strings.CutPrefix(kv, "TZ="); ok {

@@ -3,7 +3,6 @@ package docker
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"maps"
 	"os"
 	"slices"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
-	"github.com/websummoner/websummoner/internal/logtag"
 )
 
 // containerConfig builds the container from the browsers.json entry and the
@@ -58,9 +56,6 @@ func (l *Launcher) containerConfig(r launcher.Request, session string, side []na
 	if err != nil {
 		return nil, nil, fmt.Errorf("\"cpu\": %v", err)
 	}
-	if !launcher.KnownZone(o.TimeZone) {
-		logtag.Event(l.log, slog.LevelWarn, r.ID, "BAD_TIMEZONE", o.TimeZone, fmt.Sprintf("not a time zone the hub knows; the container gets the hub's (%q), as under Selenoid", l.opts.TimeZone))
-	}
 	shm := b.ShmSize
 	if shm <= 0 {
 		// Selenoid's default, not Docker's 64 MiB; a "tmpfs" at /dev/shm
@@ -71,7 +66,7 @@ func (l *Launcher) containerConfig(r launcher.Request, session string, side []na
 	cfg := &container.Config{
 		Hostname:     o.ContainerHostname,
 		Image:        b.Image.Name,
-		Env:          launcher.ContainerEnv(r, l.opts.TimeZone),
+		Env:          launcher.ContainerEnv(r, l.opts.TimeZone, l.log),
 		Labels:       labels,
 		ExposedPorts: nat.PortSet{},
 	}

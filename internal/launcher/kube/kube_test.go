@@ -26,6 +26,7 @@ import (
 
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/logtest"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
@@ -452,5 +453,18 @@ func TestPodDefaultsAsSelenoid(t *testing.T) {
 	}
 	if mounts != 1 {
 		t.Errorf("%d mounts at /dev/shm, want the entry's tmpfs alone", mounts)
+	}
+	// A zone the hub does not know: the hub's, and said so, as in a container.
+	lines, log := logtest.New(10)
+	l.log = log
+	pod, err = l.podSpec(launcher.Request{ID: "1", Browser: b, Options: webdriver.Options{TimeZone: "Mars/Olympus_Mons"}}, podName("hub", "1-a"), "1-a", "10.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env := pod.Spec.Containers[0].Env; !slices.ContainsFunc(env, func(e corev1.EnvVar) bool { return e.Name == "TZ" && e.Value == "Asia/Tokyo" }) {
+		t.Errorf("env %v: an unknown zone, want the hub's TZ", env)
+	}
+	if m := lines.Wait(t, "BAD_TIMEZONE", time.Second); !strings.Contains(m, "Mars/Olympus_Mons") {
+		t.Errorf("BAD_TIMEZONE does not name the zone: %s", m)
 	}
 }

@@ -137,7 +137,7 @@ func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string)
 			browser.Ports = append(browser.Ports, corev1.ContainerPort{Name: s.name, ContainerPort: s.port, Protocol: corev1.ProtocolTCP})
 		}
 	}
-	for _, kv := range launcher.ContainerEnv(r, l.opts.TimeZone) {
+	for _, kv := range launcher.ContainerEnv(r, l.opts.TimeZone, l.log) {
 		k, v, _ := strings.Cut(kv, "=")
 		browser.Env = append(browser.Env, corev1.EnvVar{Name: k, Value: v})
 	}
