@@ -392,19 +392,9 @@ func (s *Server) bodyDeadline(h http.Handler) http.Handler {
 			return
 		}
 		info, _ := r.Context().Value(connKey{}).(*conn)
-		rc := http.NewResponseController(w)
-		_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
-		s.setReading(info, true)
-		r.Body = &deadlineBody{ReadCloser: r.Body, done: func(whole bool) {
-			s.setReading(info, false)
-			if whole {
-				// Read without a deadline again: the wait that may follow (the
-				// queue) needs the connection watched for the client leaving, not cut.
-				_ = rc.SetReadDeadline(time.Time{})
-			}
-			// Otherwise the deadline stays: the server's discard of what is left
-			// of a broken body must fail fast too.
-		}}
+		b := &deadlineBody{ReadCloser: r.Body, s: s, rc: http.NewResponseController(w), info: info}
+		b.RestartTimeout()
+		r.Body = b
 		h.ServeHTTP(w, r)
 	})
 }
@@ -425,8 +415,32 @@ func (s *Server) setReading(c *conn, on bool) {
 // before the end.
 type deadlineBody struct {
 	io.ReadCloser
-	done func(whole bool)
+	s    *Server
+	rc   *http.ResponseController
+	info *conn
 	once sync.Once
+}
+
+// RestartTimeout gives the body the whole BodyTimeout from now, and marks
+// its connection as reading: bodyDeadline starts the clock at the headers,
+// and a handler that makes a body wait its turn before reading it (the
+// hub's upload budget) starts it again, so that the wait is not charged to
+// the client.
+func (b *deadlineBody) RestartTimeout() {
+	_ = b.rc.SetReadDeadline(time.Now().Add(b.s.opts.BodyTimeout))
+	b.s.setReading(b.info, true)
+}
+
+// done ends the body's watch: the connection is no longer reading. A body
+// read whole is read without a deadline again: the wait that may follow
+// (the queue) needs the connection watched for the client leaving, not cut.
+// Otherwise the deadline stays: the server's discard of what is left of a
+// broken body must fail fast too.
+func (b *deadlineBody) done(whole bool) {
+	b.s.setReading(b.info, false)
+	if whole {
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {

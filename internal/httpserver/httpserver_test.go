@@ -87,6 +87,38 @@ func TestBodyReadTimeout(t *testing.T) {
 	<-waited
 }
 
+// A handler that makes a body wait before reading it (the hub's upload
+// budget) restarts its clock: the body then has the whole -body-read-timeout
+// from that moment, not what the wait left of it.
+func TestBodyTimeoutRestarted(t *testing.T) {
+	restarted := make(chan struct{})
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(1500 * time.Millisecond) // the wait: longer than the timeout
+		r.Body.(interface{ RestartTimeout() }).RestartTimeout()
+		close(restarted)
+		if _, err := io.ReadAll(r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprint(w, "ok")
+	})
+	_, addr := serve(t, Options{BodyTimeout: time.Second}, h)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n")
+	<-restarted
+	fmt.Fprint(c, "{}") // the body, once the handler reads
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a body sent after the wait: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
+
 // An idle keep-alive connection is closed at -idle-connection-timeout.
 func TestIdleConnectionsAreClosed(t *testing.T) {
 	_, addr := serve(t, Options{IdleTimeout: 200 * time.Millisecond}, echoBody)

@@ -99,6 +99,9 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 			return // the client left while waiting; nobody to answer
 		}
 		defer h.uploads.Release(held)
+		if b, ok := r.Body.(bodyClock); ok {
+			b.RestartTimeout() // the wait is not charged to the body's -body-read-timeout
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, h.opts.MaxUploadSize)
 		if !h.checkUpload(w, r) { // the zip's decompressed size is bounded too
 			return
@@ -110,6 +113,10 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 	}
 	h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, s)))
 }
+
+// bodyClock is a request body whose arrival is timed (the server's
+// -body-read-timeout), with its clock restartable.
+type bodyClock interface{ RestartTimeout() }
 
 // isUpload reports a file upload: Selenium 4's /se/file or the legacy /file.
 func isUpload(r *http.Request) bool {
