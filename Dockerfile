@@ -7,6 +7,7 @@
 #   docker run -d --name hub -p 127.0.0.1:4444:4444 \
 #     -v /var/run/docker.sock:/var/run/docker.sock \
 #     --group-add "$(stat -c %g /var/run/docker.sock)" \
+#     --sysctl net.ipv4.ip_forward=0 \
 #     -v "$PWD/config/browsers.docker.json:/etc/websummoner/browsers.json:ro" \
 #     websummoner/hub -instance hub1
 FROM scratch

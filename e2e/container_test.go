@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,19 +32,30 @@ func runHubContainer(t *testing.T, image, name, conf string, runArgs []string, h
 	if err := syscall.Stat("/var/run/docker.sock", &st); err != nil {
 		t.Fatal(err)
 	}
-	args := append([]string{"run", "-d", "--name", name, "-p", "127.0.0.1::4444",
-		"-v", "/var/run/docker.sock:/var/run/docker.sock", "--group-add", fmt.Sprint(st.Gid),
-		"-v", conf + ":/etc/websummoner/browsers.json:ro"}, runArgs...)
+	// On the host's network nothing is published: the hub listens on the
+	// host's loopback, at the -listen it is given.
+	hostNet := slices.Contains(runArgs, "--network=host")
+	args := []string{"run", "-d", "--name", name}
+	if !hostNet {
+		args = append(args, "-p", "127.0.0.1::4444")
+	}
+	args = append(append(args, "-v", "/var/run/docker.sock:/var/run/docker.sock", "--group-add", fmt.Sprint(st.Gid),
+		"-v", conf+":/etc/websummoner/browsers.json:ro"), runArgs...)
 	out, err := exec.Command("docker", append(append(args, image), hubArgs...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker run: %v %s", err, out)
 	}
 	t.Cleanup(func() { exec.Command("docker", "rm", "-f", name).Run() })
-	port, err := exec.Command("docker", "port", name, "4444/tcp").Output()
-	if err != nil {
-		t.Fatalf("docker port: %v", err)
+	var url string
+	if hostNet {
+		url = "http://" + hubArgs[slices.Index(hubArgs, "-listen")+1]
+	} else {
+		port, err := exec.Command("docker", "port", name, "4444/tcp").Output()
+		if err != nil {
+			t.Fatalf("docker port: %v", err)
+		}
+		url = "http://" + strings.TrimSpace(strings.Split(string(port), "\n")[0])
 	}
-	url := "http://" + strings.TrimSpace(strings.Split(string(port), "\n")[0])
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		if resp, err := http.Get(url + "/ping"); err == nil {
 			resp.Body.Close()
@@ -154,7 +166,9 @@ func TestHubContainerSelenoidWay(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := "ws-e2e-hubip-" + runID
-	url := runHubContainer(t, image, name, conf, nil, "-instance", instance)
+	// As docs/operations.md runs it: the hub's container, on every
+	// session's network, is no router between them.
+	url := runHubContainer(t, image, name, conf, []string{"--sysctl", "net.ipv4.ip_forward=0"}, "-instance", instance)
 	hubID := strings.TrimSpace(dockerOut(t, "inspect", "-f", "{{.Id}}", name))
 
 	r := call(t, "POST", url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"stub"}}}`)
@@ -196,6 +210,52 @@ func TestHubContainerSelenoidWay(t *testing.T) {
 	}
 	if joined := dockerOut(t, "inspect", "-f", "{{range $n, $_ := .NetworkSettings.Networks}}{{$n}} {{end}}", name); strings.TrimSpace(joined) != "bridge" {
 		t.Errorf("the hub's container is still on: %s", joined)
+	}
+	if logs, _ := exec.Command("docker", "logs", name).CombinedOutput(); !strings.Contains(string(logs), "[INIT] [the hub runs in container") || strings.Contains(string(logs), "IP_FORWARD") {
+		t.Errorf("the hub's log: want it in its container, forwarding nothing:\n%s", logs)
+	}
+}
+
+// A hub container on the host's network (--network host), which can join
+// no other network, reaches browsers as a hub on the host does: their ports
+// published on 127.0.0.1, which is the host's. It once took itself for a
+// container that must join each session's network, and every start failed.
+func TestHubContainerHostNetwork(t *testing.T) {
+	image := hubImage(t)
+	instance := "e2e-hubhost-" + runID
+	removeInstance(t, instance)
+	conf := filepath.Join(t.TempDir(), "browsers.json")
+	doc := fmt.Sprintf(`{"stub": {"default": "1", "versions": {"1": {"image": %q, "port": "4444", "path": "/"}}}}`, stubTag)
+	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	name := "ws-e2e-hubhost-" + runID
+	url := runHubContainer(t, image, name, conf, []string{"--network=host"},
+		"-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "-instance", instance)
+	r := call(t, "POST", url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"stub"}}}`)
+	if r.status != 200 {
+		logs, _ := exec.Command("docker", "logs", name).CombinedOutput()
+		t.Fatalf("new session through a hub container on the host's network: %+v\n%s", r, logs)
+	}
+	id := r.Value.SessionID
+	if r := call(t, "POST", url+"/wd/hub/session/"+id+"/url", `{"url":"about:blank"}`); r.status != 200 {
+		t.Fatalf("command: %+v", r)
+	}
+	browsers := containers(t, instance)
+	if len(browsers) != 1 {
+		t.Fatalf("browser containers: %v", browsers)
+	}
+	if ports := strings.TrimSpace(dockerOut(t, "port", browsers[0])); !strings.HasPrefix(ports, "4444/tcp -> 127.0.0.1:") {
+		t.Errorf("the browser's driver is not published on the host's loopback: %q", ports)
+	}
+	if r := call(t, "DELETE", url+"/wd/hub/session/"+id, ""); r.status != 200 {
+		t.Fatalf("DELETE: %+v", r)
+	}
+	if st := (&hub{url: url}).settled(t); st["used"] != 0.0 {
+		t.Fatalf("the session's teardown did not end: %v", st)
+	}
+	if left := containers(t, instance); len(left) != 0 {
+		t.Errorf("browsers left: %v", left)
 	}
 }
 

@@ -82,6 +82,13 @@ func (l *Launcher) containerConfig(r launcher.Request, session string, side []na
 		Resources:       container.Resources{Memory: mem, NanoCPUs: cpu},
 		LogConfig:       logConfig(l.opts.LogConfig, o.Name, o.Labels),
 	}
+	if !l.opts.Privileged {
+		// No raw sockets: a browser needs none, and with them a process in
+		// the container could hand frames for another session's address to
+		// a neighbour that forwards (the hub's container, on every session's
+		// network).
+		host.CapDrop = []string{"NET_RAW"}
+	}
 	if l.mode() == Published {
 		host.PortBindings = nat.PortMap{}
 	}

@@ -55,7 +55,8 @@ const (
 	// ByIP: the hub dials the container's address on its network. For a hub
 	// running in a container of the same engine, as Selenoid's is run: the
 	// hub's container joins each session's own network for the session's
-	// life (with -container-network, that network, once).
+	// life (with -container-network, that network, once). A hub on the
+	// host's network joins none: it reaches containers' addresses as is.
 	ByIP Address = "ip"
 )
 
@@ -136,7 +137,7 @@ type Launcher struct {
 	creating  map[string]bool      // container names being created
 	networks  map[string]bool      // sessions' own networks, while their container lives
 	addr      Address              // how drivers are reached, once known (address)
-	self      string               // the hub's own container with ByIP
+	self      string               // the hub's own container with ByIP, if it joins networks
 }
 
 // New returns a Docker launcher. Run must be called for the health check, the
@@ -271,10 +272,10 @@ func (l *Launcher) create(ctx context.Context, r launcher.Request, cname, sessio
 		l.networks[netName] = true
 		l.mu.Unlock()
 		gateway, shared = gw, ""
-		if l.mode() == ByIP {
+		if self := l.selfContainer(); self != "" {
 			// Before the hub's addresses are listed: its address on the
 			// session's network is one the container must accept.
-			if err := l.engine.NetworkConnect(ctx, netName, l.self, &network.EndpointSettings{}); err != nil {
+			if err := l.engine.NetworkConnect(ctx, netName, self, &network.EndpointSettings{}); err != nil {
 				_ = l.dropNetwork(context.WithoutCancel(ctx), netName)
 				return none, "", l.startErr(ctx, r.Browser, launcher.PhaseStart, "joining the hub's container to the session's network", err)
 			}

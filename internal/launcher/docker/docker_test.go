@@ -171,6 +171,9 @@ func TestStartServeStop(t *testing.T) {
 	if info.HostConfig.Privileged {
 		t.Error("privileged by default")
 	}
+	if !slices.Contains(info.HostConfig.CapDrop, "NET_RAW") && !slices.Contains(info.HostConfig.CapDrop, "CAP_NET_RAW") {
+		t.Errorf("raw sockets not dropped: CapDrop %v", info.HostConfig.CapDrop)
+	}
 	for _, b := range info.HostConfig.PortBindings[nat.Port("4444/tcp")] {
 		if b.HostIP != "127.0.0.1" {
 			t.Errorf("port published on %q", b.HostIP)
@@ -392,7 +395,7 @@ func TestContainerConfigAllowList(t *testing.T) {
 		}
 	}
 	l.opts.Privileged = true
-	if _, host, _ = l.containerConfig(r, "x", nil); !host.Privileged {
+	if _, host, _ = l.containerConfig(r, "x", nil); !host.Privileged || len(host.CapDrop) != 0 {
 		t.Error("-privileged not honoured")
 	}
 }

@@ -2,7 +2,6 @@ package docker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -25,8 +24,9 @@ import (
 // have one, and then the engine knows no container of that id.
 
 // address is how the hub reaches drivers: -container-address, or, without
-// it, ByIP if the hub runs in a container of this engine and Published
-// otherwise. The answer is found once, at the first start the engine answers.
+// it, ByIP if the hub runs in a container of this engine that is not on the
+// host's network, and Published otherwise. The answer is found once, at the
+// first start the engine answers.
 func (l *Launcher) address(ctx context.Context) (Address, error) {
 	l.mu.Lock()
 	a := l.addr
@@ -37,19 +37,22 @@ func (l *Launcher) address(ctx context.Context) (Address, error) {
 	a = l.opts.Address
 	var self string
 	if a == "" || a == ByIP {
-		id, err := l.findSelf(ctx)
+		id, hostNet, err := l.findSelf(ctx)
 		switch {
 		case err != nil:
 			return "", err
-		case id != "":
+		case id != "" && !hostNet:
 			a, self = ByIP, id
-		case a == ByIP:
-			return "", errors.New("-container-address ip: the hub runs in no container of this Docker engine (none has the id in /proc/self/mountinfo or the host name); use -container-address published on the host")
-		default:
+		case a == "":
+			// On the host, or in a container on the host's network
+			// (--network host, which can join no other): 127.0.0.1 is the
+			// host's, and published ports are there.
 			a = Published
 		}
+		// An explicit ByIP with no container to join: the host's network
+		// reaches each container's address through its network's bridge.
 	}
-	if a == ByIP && l.userNetwork() {
+	if self != "" && l.userNetwork() {
 		// On a shared network the hub must be there too, as Selenoid must.
 		err := l.engine.NetworkConnect(ctx, l.opts.Network, self, &network.EndpointSettings{})
 		if err != nil && !strings.Contains(err.Error(), "already exists") {
@@ -60,8 +63,11 @@ func (l *Launcher) address(ctx context.Context) (Address, error) {
 	defer l.mu.Unlock()
 	if l.addr == "" {
 		l.addr, l.self = a, self
-		if a == ByIP {
+		if self != "" {
 			logtag.Event(l.log, slog.LevelInfo, "", "INIT", "the hub runs in container "+shortID(self)+": browsers are reached by their address on the network it shares with them")
+			if forwards() {
+				logtag.Event(l.log, slog.LevelWarn, "", "IP_FORWARD", "the hub's container forwards packets (net.ipv4.ip_forward=1) and joins every session's network: run it with --sysctl net.ipv4.ip_forward=0, so that it is no router between sessions")
+			}
 		}
 	}
 	return l.addr, nil
@@ -78,9 +84,25 @@ func (l *Launcher) mode() Address {
 	return l.addr
 }
 
+// forwards reports whether the hub's network namespace forwards IPv4
+// packets: a new container's inherits the host's setting, on by Docker.
+func forwards() bool {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_forward")
+	return err == nil && strings.TrimSpace(string(b)) == "1"
+}
+
+// selfContainer is the hub's own container, which joins each session's
+// network, or "" when there is none to join (a hub on the host's network).
+func (l *Launcher) selfContainer() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.self
+}
+
 // findSelf is the id of the hub's own container if the engine has one of
-// the ids selfCandidates finds, or "".
-func (l *Launcher) findSelf(ctx context.Context) (string, error) {
+// the ids selfCandidates finds, or "", and whether that container is on the
+// host's network.
+func (l *Launcher) findSelf(ctx context.Context) (id string, hostNet bool, err error) {
 	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
 	host, _ := os.Hostname()
 	for _, c := range selfCandidates(mountinfo, host) {
@@ -89,16 +111,16 @@ func (l *Launcher) findSelf(ctx context.Context) (string, error) {
 		case cerrdefs.IsNotFound(err):
 			continue
 		case err != nil:
-			return "", fmt.Errorf("asking the engine whether the hub runs in container %s: %w", c, err)
+			return "", false, fmt.Errorf("asking the engine whether the hub runs in container %s: %w", c, err)
 		case !strings.HasPrefix(info.ID, c): // a container merely named so
 		case c == host && (info.Config == nil || info.Config.Hostname != host):
 			// A machine whose name looks like an id is no container of
 			// that id unless the container has that name too.
 		default:
-			return info.ID, nil
+			return info.ID, info.HostConfig != nil && info.HostConfig.NetworkMode.IsHost(), nil
 		}
 	}
-	return "", nil
+	return "", false, nil
 }
 
 var (

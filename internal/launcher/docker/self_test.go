@@ -66,7 +66,7 @@ func TestAnotherContainerIsNotTheHub(t *testing.T) {
 	if mi, _ := os.ReadFile("/proc/self/mountinfo"); !strings.Contains(string(mi), other.ID) {
 		t.Log("this engine's host does not share its mounts with the tests: the check below is weaker")
 	}
-	self, err := l.findSelf(ctx)
+	self, _, err := l.findSelf(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
