@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
@@ -65,6 +66,16 @@ func TestKeptFilesNeverReplaceOthers(t *testing.T) {
 		t.Fatalf("a long name: %q %v", n, err)
 	}
 	f.Close()
+	// So is a name whose "extension" is most of it (videoName takes any
+	// name), and one cut where a character is more than one byte.
+	for _, long := range []string{"x." + strings.Repeat("e", 238), strings.Repeat("é", 120) + ".mp4"} {
+		os.WriteFile(filepath.Join(dir, long), nil, 0o644)
+		f, n, err := CreateKept(dir, long, "5f0c8a0e3b1d4c2a9e7f6b5a4c3d2e1f")
+		if err != nil || len(n) > 255 || !utf8.ValidString(n) {
+			t.Fatalf("a long name taken (%d bytes): %q %v", len(long), n, err)
+		}
+		f.Close()
+	}
 }
 
 // A session id is the driver's; the file named after it stays in the directory.

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/logtag"
@@ -238,14 +239,26 @@ func LogVideo(log *slog.Logger, requestID, name string, err error) {
 	}
 }
 
+// maxKeptExt is the longest extension keptNames keeps whole; a longer one
+// is part of the name, which may be cut.
+const maxKeptExt = 16
+
 // keptNames are the names tried, in order, for a kept file asked to be name:
 // name itself, then name with "-<session id>" before its extension, then that
 // with a random suffix, for a name someone took on purpose.
 func keptNames(name, sessionID string) []string {
 	ext := filepath.Ext(name)
+	if len(ext) > maxKeptExt { // "v1.<a test's long title>": no extension, all stem
+		ext = ""
+	}
 	stem := strings.TrimSuffix(name, ext)
 	alt := "-" + SafeName(sessionID)
-	stem = stem[:min(len(stem), max(0, 240-len(alt)-len(ext)))] // a file name is at most 255 bytes
+	if n := max(0, 240-len(alt)-len(ext)); n < len(stem) { // a file name is at most 255 bytes
+		for n > 0 && !utf8.RuneStart(stem[n]) { // whole characters: names take accents
+			n--
+		}
+		stem = stem[:n]
+	}
 	names := []string{name, stem + alt + ext}
 	for range 4 {
 		tok := make([]byte, 4)
