@@ -154,7 +154,9 @@ func TestPodSpec(t *testing.T) {
 			t.Errorf("shm volume %+v", v)
 		}
 	}
-	if len(s.HostAliases) != 2 || s.HostAliases[0].IP != "10.1.1.1" || strings.Join(s.HostAliases[0].Hostnames, ",") != "db,db2" {
+	// The client's hostsEntries first, as in a Docker container (Selenoid's
+	// order): the first line for a name is the one the resolver takes.
+	if len(s.HostAliases) != 2 || s.HostAliases[0].IP != "10.1.1.2" || s.HostAliases[1].IP != "10.1.1.1" || strings.Join(s.HostAliases[1].Hostnames, ",") != "db2,db" {
 		t.Errorf("host aliases %v", s.HostAliases)
 	}
 }

@@ -179,7 +179,7 @@ func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string)
 			return nil, err
 		}
 	}
-	aliases, err := hostAliases(append(slices.Clone(b.Hosts), o.HostsEntries...))
+	aliases, err := hostAliases(append(slices.Clone(o.HostsEntries), b.Hosts...)) // the client's first, as in a container: the first line for a name wins
 	if err != nil {
 		return nil, err
 	}
