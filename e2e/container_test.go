@@ -157,61 +157,28 @@ func TestHubContainer(t *testing.T) {
 // for the session's life and dials the browser there: nothing of the
 // browser is published on the host, and the network goes with the session.
 func TestHubContainerSelenoidWay(t *testing.T) {
-	image := hubImage(t)
-	instance := "e2e-hubip-" + runID
-	removeInstance(t, instance)
-	conf := filepath.Join(t.TempDir(), "browsers.json")
-	doc := fmt.Sprintf(`{"stub": {"default": "1", "versions": {"1": {"image": %q, "port": "4444", "path": "/"}}}}`, stubTag)
-	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	name := "ws-e2e-hubip-" + runID
 	// As docs/operations.md runs it: the hub's container, on every
 	// session's network, is no router between them.
-	url := runHubContainer(t, image, name, conf, []string{"--sysctl", "net.ipv4.ip_forward=0"}, "-instance", instance)
-	hubID := strings.TrimSpace(dockerOut(t, "inspect", "-f", "{{.Id}}", name))
-
-	r := call(t, "POST", url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"stub"}}}`)
-	if r.status != 200 {
-		logs, _ := exec.Command("docker", "logs", name).CombinedOutput()
-		t.Fatalf("new session through the hub container: %+v\n%s", r, logs)
-	}
-	id := r.Value.SessionID
-	if r := call(t, "POST", url+"/wd/hub/session/"+id+"/url", `{"url":"about:blank"}`); r.status != 200 {
-		t.Fatalf("command: %+v", r)
-	}
-	browsers := containers(t, instance)
-	if len(browsers) != 1 {
-		t.Fatalf("browser containers: %v", browsers)
-	}
-	if ports := strings.TrimSpace(dockerOut(t, "port", browsers[0])); ports != "" {
+	c := stubThroughHubContainer(t, "hubip", []string{"--sysctl", "net.ipv4.ip_forward=0"})
+	hubID := strings.TrimSpace(dockerOut(t, "inspect", "-f", "{{.Id}}", c.name))
+	if ports := strings.TrimSpace(dockerOut(t, "port", c.browser)); ports != "" {
 		t.Errorf("the browser publishes ports on the host: %s", ports)
 	}
-	nets := strings.Fields(dockerOut(t, "network", "ls", "-q", "--filter", "label=websummoner.instance="+instance))
+	nets := strings.Fields(dockerOut(t, "network", "ls", "-q", "--filter", "label=websummoner.instance="+c.instance))
 	if len(nets) != 1 {
 		t.Fatalf("session networks: %v, want 1", nets)
 	}
 	if on := dockerOut(t, "network", "inspect", "-f", "{{range $id, $c := .Containers}}{{$id}} {{end}}", nets[0]); !strings.Contains(on, hubID) {
 		t.Errorf("the hub's container is not on the session's network: %s", on)
 	}
-	if r := call(t, "DELETE", url+"/wd/hub/session/"+id, ""); r.status != 200 {
-		t.Fatalf("DELETE: %+v", r)
-	}
-	// The teardown (container, then network) ends after the answer, and
-	// holds the slot until it has.
-	if st := (&hub{url: url}).settled(t); st["used"] != 0.0 {
-		t.Fatalf("the session's teardown did not end: %v", st)
-	}
-	if left := containers(t, instance); len(left) != 0 {
-		t.Errorf("browsers left: %v", left)
-	}
-	if left := strings.Fields(dockerOut(t, "network", "ls", "-q", "--filter", "label=websummoner.instance="+instance)); len(left) != 0 {
+	c.end(t)
+	if left := strings.Fields(dockerOut(t, "network", "ls", "-q", "--filter", "label=websummoner.instance="+c.instance)); len(left) != 0 {
 		t.Errorf("session networks left: %v", left)
 	}
-	if joined := dockerOut(t, "inspect", "-f", "{{range $n, $_ := .NetworkSettings.Networks}}{{$n}} {{end}}", name); strings.TrimSpace(joined) != "bridge" {
+	if joined := dockerOut(t, "inspect", "-f", "{{range $n, $_ := .NetworkSettings.Networks}}{{$n}} {{end}}", c.name); strings.TrimSpace(joined) != "bridge" {
 		t.Errorf("the hub's container is still on: %s", joined)
 	}
-	if logs, _ := exec.Command("docker", "logs", name).CombinedOutput(); !strings.Contains(string(logs), "[INIT] [the hub runs in container") || strings.Contains(string(logs), "IP_FORWARD") {
+	if logs, _ := exec.Command("docker", "logs", c.name).CombinedOutput(); !strings.Contains(string(logs), "[INIT] [the hub runs in container") || strings.Contains(string(logs), "IP_FORWARD") {
 		t.Errorf("the hub's log: want it in its container, forwarding nothing:\n%s", logs)
 	}
 }
@@ -221,40 +188,61 @@ func TestHubContainerSelenoidWay(t *testing.T) {
 // published on 127.0.0.1, which is the host's. It once took itself for a
 // container that must join each session's network, and every start failed.
 func TestHubContainerHostNetwork(t *testing.T) {
+	c := stubThroughHubContainer(t, "hubhost", []string{"--network=host"}, "-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+	if ports := strings.TrimSpace(dockerOut(t, "port", c.browser)); !strings.HasPrefix(ports, "4444/tcp -> 127.0.0.1:") {
+		t.Errorf("the browser's driver is not published on the host's loopback: %q", ports)
+	}
+	c.end(t)
+}
+
+// stubSession is a stub browser's session through a hub container.
+type stubSession struct {
+	url, name, instance string // the hub's URL, its container's name, its -instance
+	id, browser         string // the session's id, its browser's container
+}
+
+// stubThroughHubContainer runs the hub image (runArgs to docker run,
+// hubArgs to the hub) with a stub browser entry, and opens a session with
+// one command through it.
+func stubThroughHubContainer(t *testing.T, tag string, runArgs []string, hubArgs ...string) *stubSession {
+	t.Helper()
 	image := hubImage(t)
-	instance := "e2e-hubhost-" + runID
-	removeInstance(t, instance)
+	c := &stubSession{instance: "e2e-" + tag + "-" + runID, name: "ws-e2e-" + tag + "-" + runID}
+	removeInstance(t, c.instance)
 	conf := filepath.Join(t.TempDir(), "browsers.json")
 	doc := fmt.Sprintf(`{"stub": {"default": "1", "versions": {"1": {"image": %q, "port": "4444", "path": "/"}}}}`, stubTag)
 	if err := os.WriteFile(conf, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	name := "ws-e2e-hubhost-" + runID
-	url := runHubContainer(t, image, name, conf, []string{"--network=host"},
-		"-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "-instance", instance)
-	r := call(t, "POST", url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"stub"}}}`)
+	c.url = runHubContainer(t, image, c.name, conf, runArgs, append(hubArgs, "-instance", c.instance)...)
+	r := call(t, "POST", c.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"stub"}}}`)
 	if r.status != 200 {
-		logs, _ := exec.Command("docker", "logs", name).CombinedOutput()
-		t.Fatalf("new session through a hub container on the host's network: %+v\n%s", r, logs)
+		logs, _ := exec.Command("docker", "logs", c.name).CombinedOutput()
+		t.Fatalf("new session through the hub container: %+v\n%s", r, logs)
 	}
-	id := r.Value.SessionID
-	if r := call(t, "POST", url+"/wd/hub/session/"+id+"/url", `{"url":"about:blank"}`); r.status != 200 {
+	c.id = r.Value.SessionID
+	if r := call(t, "POST", c.url+"/wd/hub/session/"+c.id+"/url", `{"url":"about:blank"}`); r.status != 200 {
 		t.Fatalf("command: %+v", r)
 	}
-	browsers := containers(t, instance)
+	browsers := containers(t, c.instance)
 	if len(browsers) != 1 {
 		t.Fatalf("browser containers: %v", browsers)
 	}
-	if ports := strings.TrimSpace(dockerOut(t, "port", browsers[0])); !strings.HasPrefix(ports, "4444/tcp -> 127.0.0.1:") {
-		t.Errorf("the browser's driver is not published on the host's loopback: %q", ports)
-	}
-	if r := call(t, "DELETE", url+"/wd/hub/session/"+id, ""); r.status != 200 {
+	c.browser = browsers[0]
+	return c
+}
+
+// end deletes the session and checks that its teardown, which ends after
+// the answer and holds the slot until it has, left no browser.
+func (c *stubSession) end(t *testing.T) {
+	t.Helper()
+	if r := call(t, "DELETE", c.url+"/wd/hub/session/"+c.id, ""); r.status != 200 {
 		t.Fatalf("DELETE: %+v", r)
 	}
-	if st := (&hub{url: url}).settled(t); st["used"] != 0.0 {
+	if st := (&hub{url: c.url}).settled(t); st["used"] != 0.0 {
 		t.Fatalf("the session's teardown did not end: %v", st)
 	}
-	if left := containers(t, instance); len(left) != 0 {
+	if left := containers(t, c.instance); len(left) != 0 {
 		t.Errorf("browsers left: %v", left)
 	}
 }
