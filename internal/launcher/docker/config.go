@@ -95,7 +95,7 @@ func (l *Launcher) containerConfig(r launcher.Request, session string, side []na
 	for _, p := range ports {
 		cfg.ExposedPorts[p] = struct{}{}
 		if l.mode() == Published {
-			host.PortBindings[p] = []nat.PortBinding{{HostIP: "127.0.0.1", HostPort: ""}}
+			host.PortBindings[p] = []nat.PortBinding{{HostIP: l.publishedAt().bind, HostPort: ""}}
 		}
 	}
 	if l.userNetwork() {

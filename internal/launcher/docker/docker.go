@@ -1,7 +1,8 @@
 // Package docker runs each session's browser in a Docker container, through the
 // Docker Engine API: created from its browsers.json entry, its driver port (and
 // the side-service ports of Selenoid's image contract the image exposes)
-// published on 127.0.0.1, labelled with the hub instance, removed when the
+// published on 127.0.0.1 (on the engine's address, for an engine over TCP),
+// labelled with the hub instance, removed when the
 // session ends, and swept when nothing owns it.
 //
 // The package is split as Nomad's docker driver is: this file starts
@@ -47,7 +48,8 @@ type Address string
 // Ways to reach a driver.
 const (
 	// Published: the driver port is published on 127.0.0.1 with an engine-chosen
-	// host port, and the hub dials that. For a hub running on the host.
+	// host port, and the hub dials that. For a hub running on the host. An
+	// engine over TCP (DOCKER_HOST=tcp://…) publishes on its own address.
 	Published Address = "published"
 	// ByName: the hub dials the container by name on the browsers' network. For a
 	// hub running in a container on -container-network.
@@ -138,6 +140,7 @@ type Launcher struct {
 	networks  map[string]bool      // sessions' own networks, while their container lives
 	addr      Address              // how drivers are reached, once known (address)
 	self      string               // the hub's own container with ByIP, if it joins networks
+	pub       published            // where Published ports are, by the engine's DOCKER_HOST
 }
 
 // New returns a Docker launcher. Run must be called for the health check, the
@@ -163,6 +166,10 @@ func New(opts Options, engine Engine, logger *slog.Logger, reg prometheus.Regist
 		recorders: map[string]*instance{},
 		creating:  map[string]bool{},
 		networks:  map[string]bool{},
+		pub:       localEngine,
+	}
+	if d, ok := engine.(interface{ DaemonHost() string }); ok {
+		l.pub = publishedOn(d.DaemonHost())
 	}
 	var err error
 	l.health, err = launcher.NewHealth(launcher.HealthOptions{Engine: "Docker engine", Tag: "DOCKER", Metric: "websummoner_docker_up",
@@ -343,7 +350,7 @@ func (l *Launcher) run(ctx context.Context, inst *instance, r launcher.Request, 
 	if netName == "" {
 		netName = l.opts.Network
 	}
-	e, err = endpointsOf(l.mode(), info, inst.name, netName, portOf(r.Browser.Browser), r.Browser.Path, side)
+	e, err = endpointsOf(l.mode(), l.publishedAt(), info, inst.name, netName, portOf(r.Browser.Browser), r.Browser.Path, side)
 	if err != nil {
 		return e, l.startErr(ctx, r.Browser, launcher.PhaseStart, "finding the driver's address", err)
 	}

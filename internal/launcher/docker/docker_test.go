@@ -538,7 +538,7 @@ func TestEndpointsChoice(t *testing.T) {
 	if all := exposedSidePorts(map[string]struct{}{"4444/tcp": {}}); len(all) != len(sidePorts) {
 		t.Fatalf("side ports of an image exposing 4444 only: %v, want all of %d", all, len(sidePorts))
 	}
-	e, err := endpointsOf(Published, info, "c1", "", "4444", "/wd/hub", side)
+	e, err := endpointsOf(Published, localEngine, info, "c1", "", "4444", "/wd/hub", side)
 	if err != nil || e.Driver.String() != "http://127.0.0.1:32770/wd/hub" || e.VNC.String() != "tcp://127.0.0.1:32771" {
 		t.Fatalf("published: %+v %v", e, err)
 	}
@@ -548,14 +548,14 @@ func TestEndpointsChoice(t *testing.T) {
 	if ports := loopbackPorts(e); fmt.Sprint(ports) != "[32770 32771]" {
 		t.Errorf("ports refused to sandboxed browsers: %v, want the driver's and VNC's", ports)
 	}
-	e, err = endpointsOf(ByName, info, "c1", "", "4444", "/", side)
+	e, err = endpointsOf(ByName, localEngine, info, "c1", "", "4444", "/", side)
 	if err != nil || e.Driver.String() != "http://c1:4444/" || e.Files.String() != "http://c1:8080" {
 		t.Fatalf("by name: %+v %v", e, err)
 	}
 	if ports := loopbackPorts(e); len(ports) != 0 {
 		t.Errorf("by name, nothing is on the host's loopback; refused %v", ports)
 	}
-	if _, err := endpointsOf(Published, container.InspectResponse{NetworkSettings: &container.NetworkSettings{}}, "c1", "", "4444", "/", nil); err == nil {
+	if _, err := endpointsOf(Published, localEngine, container.InspectResponse{NetworkSettings: &container.NetworkSettings{}}, "c1", "", "4444", "/", nil); err == nil {
 		t.Fatal("unpublished port accepted")
 	}
 	if _, err := New(Options{Address: ByName}, nil, nil, nil); err == nil || !strings.Contains(err.Error(), "-container-network") {

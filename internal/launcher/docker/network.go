@@ -11,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/client"
 	"github.com/docker/go-connections/nat"
 
 	"github.com/websummoner/websummoner/internal/launcher"
@@ -50,9 +51,9 @@ func exposedSidePorts(exposed map[string]struct{}) []nat.Port {
 }
 
 // endpointsOf says where a started container's driver and side services are.
-func endpointsOf(addr Address, info container.InspectResponse, name, netName, port, path string, side []nat.Port) (launcher.Endpoints, error) {
+func endpointsOf(addr Address, pub published, info container.InspectResponse, name, netName, port, path string, side []nat.Port) (launcher.Endpoints, error) {
 	var e launcher.Endpoints
-	host, err := hostPort(addr, info, name, netName, nat.Port(port+"/tcp"))
+	host, err := hostPort(addr, pub, info, name, netName, nat.Port(port+"/tcp"))
 	if err != nil {
 		return e, err
 	}
@@ -62,7 +63,7 @@ func endpointsOf(addr Address, info container.InspectResponse, name, netName, po
 			if p != s.port {
 				continue
 			}
-			if host, err := hostPort(addr, info, name, netName, p); err == nil {
+			if host, err := hostPort(addr, pub, info, name, netName, p); err == nil {
 				s.set(&e, &url.URL{Scheme: s.scheme, Host: host})
 			}
 		}
@@ -105,10 +106,10 @@ func containerIP(info container.InspectResponse, network string) string {
 	return ""
 }
 
-// hostPort is where the hub reaches one container port: its port published on
-// 127.0.0.1, the container's name on the browsers' network, or its address on
-// netName, the network the hub shares with it.
-func hostPort(addr Address, info container.InspectResponse, name, netName string, port nat.Port) (string, error) {
+// hostPort is where the hub reaches one container port: its port published
+// on pub's host, the container's name on the browsers' network, or its
+// address on netName, the network the hub shares with it.
+func hostPort(addr Address, pub published, info container.InspectResponse, name, netName string, port nat.Port) (string, error) {
 	switch addr {
 	case ByName:
 		return name + ":" + port.Port(), nil
@@ -123,9 +124,46 @@ func hostPort(addr Address, info container.InspectResponse, name, netName string
 		return "", errors.New("the engine reported no network settings")
 	}
 	for _, b := range info.NetworkSettings.Ports[port] {
-		if b.HostPort != "" && (b.HostIP == "127.0.0.1" || b.HostIP == "") {
-			return "127.0.0.1:" + b.HostPort, nil
+		if b.HostPort != "" && (b.HostIP == pub.bind || b.HostIP == "" || b.HostIP == "0.0.0.0") {
+			return net.JoinHostPort(pub.host, b.HostPort), nil
 		}
 	}
-	return "", fmt.Errorf("port %s is not published on 127.0.0.1", port)
+	return "", fmt.Errorf("port %s is not published on %s", port, pub.bind)
+}
+
+// published is where containers' ports are published (Published): bound
+// to bind on the engine's host, dialled at host.
+type published struct{ host, bind string }
+
+// publishedAt is where this launcher's engine publishes ports; a launcher
+// not made by New publishes on the loopback, never on every address.
+func (l *Launcher) publishedAt() published {
+	if l.pub.host == "" {
+		return localEngine
+	}
+	return l.pub
+}
+
+// localEngine's ports are on the hub's own loopback.
+var localEngine = published{host: "127.0.0.1", bind: "127.0.0.1"}
+
+// publishedOn is where an engine at daemonHost (DOCKER_HOST) publishes
+// ports the hub can reach, as Selenoid reaches them: on the engine's own
+// address for an engine over TCP, bound to it when it is an IP address and
+// to every address of the engine's host when it is a name; on 127.0.0.1
+// for a local one (a Unix socket, or "localhost").
+func publishedOn(daemonHost string) published {
+	u, err := client.ParseHostURL(daemonHost)
+	if err != nil || u.Scheme != "tcp" {
+		return localEngine
+	}
+	host, _, err := net.SplitHostPort(u.Host)
+	switch {
+	case err != nil || host == "" || host == "localhost":
+		return localEngine
+	case net.ParseIP(host) != nil:
+		return published{host: host, bind: host}
+	default:
+		return published{host: host, bind: "0.0.0.0"}
+	}
 }

@@ -63,6 +63,9 @@ func (l *Launcher) address(ctx context.Context) (Address, error) {
 	defer l.mu.Unlock()
 	if l.addr == "" {
 		l.addr, l.self = a, self
+		if pub := l.publishedAt(); a == Published && pub != localEngine {
+			logtag.Event(l.log, slog.LevelWarn, "", "INIT", fmt.Sprintf("the Docker engine is on another host (DOCKER_HOST): browsers' ports are published on %s of it and reached at %s, as Selenoid reaches them; whoever reaches that address reaches them, so let the hub alone", pub.bind, pub.host))
+		}
 		if self != "" {
 			logtag.Event(l.log, slog.LevelInfo, "", "INIT", "the hub runs in container "+shortID(self)+": browsers are reached by their address on the network it shares with them")
 			if forwards() {

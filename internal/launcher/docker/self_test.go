@@ -2,13 +2,19 @@ package docker
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
 )
 
 // The hub finds the id of its own container in the paths the engine mounts
@@ -82,14 +88,99 @@ func TestEndpointsByIP(t *testing.T) {
 		"a-extra":    {IPAddress: "172.30.0.2"},
 		"ws-session": {IPAddress: "172.31.0.2"},
 	}}}
-	e, err := endpointsOf(ByIP, info, "c1", "ws-session", "4444", "/", exposedSidePorts(map[string]struct{}{"8080/tcp": {}}))
+	e, err := endpointsOf(ByIP, localEngine, info, "c1", "ws-session", "4444", "/", exposedSidePorts(map[string]struct{}{"8080/tcp": {}}))
 	if err != nil || e.Driver.String() != "http://172.31.0.2:4444/" || e.Files.String() != "http://172.31.0.2:8080" {
 		t.Fatalf("by address: %+v %v", e, err)
 	}
 	if ports := loopbackPorts(e); len(ports) != 0 {
 		t.Errorf("by address, nothing is on the host's loopback; refused %v", ports)
 	}
-	if _, err := endpointsOf(ByIP, container.InspectResponse{NetworkSettings: &container.NetworkSettings{}}, "c1", "ws-session", "4444", "/", nil); err == nil {
+	if _, err := endpointsOf(ByIP, localEngine, container.InspectResponse{NetworkSettings: &container.NetworkSettings{}}, "c1", "ws-session", "4444", "/", nil); err == nil {
 		t.Fatal("a container with no address accepted")
+	}
+}
+
+// An engine over TCP (DOCKER_HOST=tcp://…) publishes ports on its own
+// address, as Selenoid has them published; a local one on the loopback.
+func TestPublishedOn(t *testing.T) {
+	for host, want := range map[string]published{
+		"unix:///var/run/docker.sock": localEngine,
+		"tcp://localhost:2375":        localEngine,
+		"tcp://10.0.0.5:2376":         {host: "10.0.0.5", bind: "10.0.0.5"},
+		"tcp://[fd00::5]:2376":        {host: "fd00::5", bind: "fd00::5"},
+		"tcp://docker.example:2375":   {host: "docker.example", bind: "0.0.0.0"},
+		"npipe:////./pipe/docker":     localEngine,
+	} {
+		if got := publishedOn(host); got != want {
+			t.Errorf("publishedOn(%q) = %+v, want %+v", host, got, want)
+		}
+	}
+}
+
+// Through an engine over TCP, the browser's driver is published on the
+// engine's address and dialled there: on 127.0.0.1, the hub's own loopback,
+// it was out of reach of a hub on another host. The engine's address here
+// is 127.0.0.2, a forwarder to this engine's socket: not 127.0.0.1, yet on
+// the loopback, the one network these tests may use.
+func TestEngineOverTCP(t *testing.T) {
+	needEngine(t)
+	sock, err := client.ParseHostURL(engine.DaemonHost())
+	if err != nil || sock.Scheme != "unix" {
+		t.Skipf("the engine is not on a Unix socket (%s): nothing to forward", engine.DaemonHost())
+	}
+	ln, err := net.Listen("tcp", "127.0.0.2:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); conns.Wait() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Go(func() {
+				defer c.Close()
+				u, err := net.Dial("unix", sock.Host) // ParseHostURL keeps a socket's path as Host
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				go func() { io.Copy(u, c); u.(*net.UnixConn).CloseWrite() }()
+				io.Copy(c, u)
+			})
+		}
+	}()
+	remote, err := client.NewClientWithOpts(client.WithHost("tcp://"+ln.Addr().String()), client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { remote.Close() })
+	l, lines := newLauncher(t, Options{}, remote)
+	inst, err := l.Start(context.Background(), stubRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Stop(context.Background())
+	if h := inst.Endpoints().Driver.Hostname(); h != "127.0.0.2" {
+		t.Fatalf("driver reached at %s, want the engine's address 127.0.0.2", inst.Endpoints().Driver)
+	}
+	resp, err := http.Get(inst.Endpoints().Driver.JoinPath("status").String())
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the driver at the engine's address: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	info, err := engine.ContainerInspect(context.Background(), inst.(*instance).id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range info.HostConfig.PortBindings["4444/tcp"] {
+		if b.HostIP != "127.0.0.2" {
+			t.Errorf("published on %q, want the engine's address alone", b.HostIP)
+		}
+	}
+	if m := lines.Wait(t, "another host", time.Second); !strings.Contains(m, "127.0.0.2") {
+		t.Errorf("the start does not say where browsers are published: %s", m)
 	}
 }
