@@ -362,6 +362,12 @@ func (h *Hub) routes() *mux.Router {
 		sr.HandleFunc("/session/{id}/aerokube/download/{file}", h.downloads)
 		sr.HandleFunc("/session/{id}/aerokube/clipboard", h.clipboard)
 		sr.HandleFunc("/session/{id}/aerokube/clipboard/", h.clipboard)
+		sr.HandleFunc("/session/{id}/aerokube/devtools", h.devtools)
+		sr.HandleFunc("/session/{id}/aerokube/devtools/{rest:.*}", h.devtools)
+		sr.HandleFunc("/session/{id}/aerokube/vnc", h.vnc)
+		sr.HandleFunc("/session/{id}/aerokube/vnc/", h.vnc)
+		sr.HandleFunc("/session/{id}/aerokube/logs", h.sessionLogs)
+		sr.HandleFunc("/session/{id}/aerokube/logs/", h.sessionLogs)
 		sr.HandleFunc("/session/{id}", h.proxyCommand)
 		sr.PathPrefix("/session/{id}/").HandlerFunc(h.proxyCommand) // "/session/{id}/" itself
 	}

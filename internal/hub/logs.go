@@ -40,6 +40,13 @@ func (h *Hub) logs(w http.ResponseWriter, r *http.Request) {
 	h.serveKept(w, r, h.opts.LogDir, name, logFiles)
 }
 
+// sessionLogs is Selenoid's alias /session/{id}/aerokube/logs of
+// /logs/{id}: the session's live output. Its id is a session's, never a
+// kept file's name.
+func (h *Hub) sessionLogs(w http.ResponseWriter, r *http.Request) {
+	h.followLog(w, r, pathID(r))
+}
+
 // followLog streams a live session's output. Watching does not keep a session
 // alive: its idle timer runs as if nobody watched, and the stream ends with it.
 func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {

@@ -190,12 +190,17 @@ func (h *Hub) forwardDelete(r *http.Request, s *session.Session) (status int, bo
 // sessions.Done); for an unknown session it answers invalid session id, saying
 // why a recently ended one ended.
 func (h *Hub) begin(w http.ResponseWriter, r *http.Request) (*session.Session, bool) {
-	// Routes match the escaped path; the registry holds the driver's id as is.
+	return h.beginID(w, r, pathID(r))
+}
+
+// pathID is the session id of a route's {id}. Routes match the escaped
+// path; the registry holds the driver's id as is.
+func pathID(r *http.Request) string {
 	id, err := url.PathUnescape(mux.Vars(r)["id"])
 	if err != nil {
-		id = mux.Vars(r)["id"]
+		return mux.Vars(r)["id"]
 	}
-	return h.beginID(w, r, id)
+	return id
 }
 
 // beginID is begin for a session id the caller has already read.

@@ -159,6 +159,26 @@ func TestAerokubeAliases(t *testing.T) {
 	if len(clips) != len(c.ids) {
 		t.Fatalf("two sessions' clipboards answered alike: %v", clips)
 	}
+	// DevTools, VNC and the live log: the alias answers as the hub's own
+	// path does (these sessions have none of them, which each says).
+	id := c.ids[0]
+	for alias, own := range map[string]string{
+		"devtools":              "/devtools/" + id,
+		"devtools/json/version": "/devtools/" + id + "/json/version",
+		"vnc":                   "/vnc/" + id,
+		"vnc/":                  "/vnc/" + id,
+		"logs":                  "/logs/" + id,
+		"logs/":                 "/logs/" + id,
+	} {
+		want, wantBody := c.f.do("GET", own, "")
+		_, wantMsg := errOf(wantBody)
+		for _, prefix := range []string{"/wd/hub", ""} {
+			resp, body := c.f.do("GET", prefix+"/session/"+id+"/aerokube/"+alias, "")
+			if _, msg := errOf(body); resp.StatusCode != want.StatusCode || msg != wantMsg || msg == "" {
+				t.Errorf("GET %s/session/{id}/aerokube/%s: %d %q; %s answers %d %q", prefix, alias, resp.StatusCode, msg, own, want.StatusCode, wantMsg)
+			}
+		}
+	}
 	if saw := c.driverSaw("aerokube"); len(saw) != 0 {
 		t.Fatalf("the driver received the hub's own aerokube paths: %q", saw)
 	}
@@ -169,7 +189,7 @@ func TestAerokubeAliases(t *testing.T) {
 		t.Fatalf("aerokube/elsewhere: the driver received %q", saw)
 	}
 	// An unknown session is invalid session id under every alias.
-	for _, p := range []string{"clipboard", "clipboard/", "download", "download/"} {
+	for _, p := range []string{"clipboard", "clipboard/", "download", "download/", "devtools", "devtools/json/version", "vnc", "logs"} {
 		resp, body := c.f.do("GET", "/wd/hub/session/nope/aerokube/"+p, "")
 		if code, _ := errOf(body); resp.StatusCode != 404 || code != "invalid session id" {
 			t.Errorf("aerokube/%s of an unknown session: %d %v", p, resp.StatusCode, body)

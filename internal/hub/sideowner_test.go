@@ -41,6 +41,11 @@ func sideRequests(id string) []sideRequest {
 		{"GET", "/session/" + id + "/se/files", false},
 		{"GET", "/session/" + id + "/aerokube/download/", false},
 		{"GET", "/session/" + id + "/aerokube/download/report.txt", false},
+		{"GET", "/session/" + id + "/aerokube/vnc", true},
+		{"GET", "/session/" + id + "/aerokube/devtools", true},
+		{"GET", "/session/" + id + "/aerokube/devtools/json/version", false},
+		{"GET", "/session/" + id + "/aerokube/logs", false},
+		{"GET", "/session/" + id + "/aerokube/logs", true},
 	}
 }
 
