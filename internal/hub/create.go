@@ -56,6 +56,7 @@ type creation struct {
 	// phases after admit need of it is kept in owner and base).
 	r     *http.Request
 	owner string // the authenticated user, if any
+	quota string // the user /status files the session under (session.Session.Quota)
 	// tenant is whose share of the slots the request takes (-quotas).
 	tenant string
 	base   string // ws:// or wss:// and the host the client reached the hub by
@@ -90,7 +91,7 @@ type creation struct {
 
 // createSession is POST /session: parse, resolve, check, admit, start, register.
 func (h *Hub) createSession(w http.ResponseWriter, r *http.Request) {
-	c := &creation{id: strconv.FormatUint(h.reqIDs.Add(1), 10), w: w, r: r, owner: userOf(r), base: h.wsBase(r)}
+	c := &creation{id: strconv.FormatUint(h.reqIDs.Add(1), 10), w: w, r: r, owner: userOf(r), quota: quotaOf(r), base: h.wsBase(r)}
 	c.tenant = h.tenantOf(r)
 	// The creation's own context, linked to the request's while the handler
 	// serves it: a request that waits detached from the handler outlives it,
@@ -345,7 +346,7 @@ func (h *Hub) register(c *creation) error {
 		return errShutDown
 	}
 	s := &session.Session{
-		ID: c.driver.ID, Browser: c.browser.Name, Version: c.browser.Version, AskedVersion: c.asked, Name: c.opts.Name, Owner: c.owner,
+		ID: c.driver.ID, Browser: c.browser.Name, Version: c.browser.Version, AskedVersion: c.asked, Name: c.opts.Name, Owner: c.owner, Quota: c.quota,
 		Caps: c.caps, Screen: c.opts.ScreenResolution, VNC: c.opts.EnableVNC && c.inst.Endpoints().VNC != nil,
 		Started: time.Now(), Instance: c.inst, Idle: h.idleFor(c.opts), DriverPath: c.driver.Path,
 	}
@@ -512,4 +513,16 @@ func (h *Hub) idleFor(o webdriver.Options) time.Duration {
 		return o.SessionTimeout
 	}
 	return h.opts.IdleTimeout
+}
+
+// quotaOf is the user /status files r's session under: the authenticated
+// one, or, without authentication, the one r's basic auth names, unchecked,
+// as Selenoid files sessions (behind ggr, the user of ggr's host entry, or
+// the client's own, which ggr forwards).
+func quotaOf(r *http.Request) string {
+	if u := userOf(r); u != "" {
+		return u
+	}
+	u, _, _ := r.BasicAuth()
+	return u
 }

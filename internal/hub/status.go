@@ -94,12 +94,13 @@ func (h *Hub) statusBrowsers(r *http.Request) map[string]map[string]map[string]*
 	for _, s := range h.sessions.List() {
 		// Filed under the version the client asked for, as Selenoid files it
 		// (a session that asked none is under ""); caps.version says which
-		// one runs. The quota is its owner, as Selenoid's is the basic-auth
-		// user; "unknown" for none, and for another user's session, whose
-		// owner /status does not name, as tenants shows each user their own.
+		// one runs. The quota is its owner, or without -htpasswd the
+		// basic-auth user, as Selenoid's (session.Session.Quota); "unknown"
+		// for none, and for another user's session, whose owner /status does
+		// not name, as tenants shows each user their own.
 		owner := "unknown"
-		if h.sees(r, s) && s.Owner != "" {
-			owner = s.Owner
+		if h.sees(r, s) && s.Quota != "" {
+			owner = s.Quota
 		}
 		q := quota(s.Browser, s.AskedVersion, owner)
 		q.Count++

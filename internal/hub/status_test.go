@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"maps"
@@ -153,10 +154,13 @@ func TestStatusQuotaIsTheOwner(t *testing.T) {
 			t.Errorf("%s's /status quotas %v, want %v", user, got, want)
 		}
 	}
-	open := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	// Without -htpasswd, as Selenoid: the basic-auth user the request named,
+	// unchecked (ggr in front names one), and "unknown" for none.
+	open := newFixture(t, queue.Options{Limit: 2}, Options{}, &stubLauncher{})
 	open.do("POST", "/session", w3cChrome)
+	open.do("POST", "/session", w3cChrome, "Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("team-a:anything")))
 	_, st := open.do("GET", "/status", "")
-	if q := st["browsers"].(map[string]any)["chrome"].(map[string]any)[""].(map[string]any); len(q) != 1 || q["unknown"] == nil {
-		t.Errorf("without -htpasswd, quotas %v; want \"unknown\" alone", q)
+	if q := st["browsers"].(map[string]any)["chrome"].(map[string]any)[""].(map[string]any); len(q) != 2 || q["unknown"] == nil || q["team-a"] == nil {
+		t.Errorf("without -htpasswd, quotas %v; want \"unknown\" and the basic-auth user \"team-a\"", q)
 	}
 }

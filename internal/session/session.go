@@ -60,6 +60,10 @@ type Session struct {
 	Name         string
 	// Owner is the authenticated user who created it ("" without authentication).
 	Owner string
+	// Quota is the user /status files it under, as Selenoid does: Owner,
+	// or without authentication the user its creation's basic auth named
+	// (ggr in front names its own), unchecked; "" for none.
+	Quota string
 	Caps  map[string]any
 	// Screen is the screen resolution asked for ("" = the image's default).
 	Screen string
