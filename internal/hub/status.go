@@ -104,7 +104,7 @@ func (h *Hub) statusBrowsers(r *http.Request) map[string]map[string]map[string]*
 		}
 		q := quota(s.Browser, s.AskedVersion, owner)
 		q.Count++
-		e := statusSession{ID: s.ID, Container: s.Instance.Describe(), Name: s.Name, VNC: s.VNC, Screen: s.Screen, Started: s.Started}
+		e := statusSession{ID: s.ID, Container: s.Instance.Describe(), Name: s.Name, VNC: s.VNC, Screen: statusScreen(s), Started: s.Started}
 		if c, ok := s.Instance.(launcher.Container); ok {
 			id, ip := c.ContainerInfo()
 			e.Container, e.ContainerInfo = id, &statusContainer{ID: id, IP: ip}
@@ -121,6 +121,17 @@ func (h *Hub) statusBrowsers(r *http.Request) map[string]map[string]map[string]*
 		q.Sessions = append(q.Sessions, e)
 	}
 	return browsers
+}
+
+// statusScreen is the session's screen as Selenoid's /status gives it,
+// WIDTHxHEIGHTxDEPTH: the one asked for ("1280x1024" has depth 24), or for
+// a container asked for none, the images' default 1920x1080x24. A local
+// driver asked for none has no screen of that size: "".
+func statusScreen(s *session.Session) string {
+	if _, ok := s.Instance.(launcher.Container); s.Screen == "" && !ok {
+		return ""
+	}
+	return webdriver.Options{ScreenResolution: s.Screen}.Screen()
 }
 
 // w3cStatus is GET /wd/hub/status: ready when a new session would start now.
@@ -262,7 +273,7 @@ func selenoidCaps(s *session.Session) *statusCaps {
 		BrowserName: s.Browser, Version: s.Version, BrowserVersion: str("browserVersion"),
 		DeviceName: str("deviceName"), AppiumDeviceName: str("appium:deviceName"),
 		Platform: str("platform"), PlatformName: str("platformName"),
-		ScreenResolution: s.Screen, EnableVNC: o.EnableVNC || s.VNC,
+		ScreenResolution: statusScreen(s), EnableVNC: o.EnableVNC || s.VNC,
 		EnableVideo: s.Video != "", VideoName: s.Video,
 		EnableLog: o.EnableLog, LogName: o.LogName, Name: s.Name, TimeZone: o.TimeZone,
 		ContainerHostname: o.ContainerHostname, Env: o.Env, ApplicationContainers: o.ApplicationContainers,

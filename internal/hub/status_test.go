@@ -164,3 +164,39 @@ func TestStatusQuotaIsTheOwner(t *testing.T) {
 		t.Errorf("without -htpasswd, quotas %v; want \"unknown\" and the basic-auth user \"team-a\"", q)
 	}
 }
+
+// /status gives a session's screen as Selenoid does, WIDTHxHEIGHTxDEPTH:
+// the one asked for with its depth, or a container's default when none was
+// asked; a local driver asked for none has no such screen.
+func TestStatusScreenAsSelenoid(t *testing.T) {
+	screenOf := func(l *stubLauncher, body string) (string, string) {
+		t.Helper()
+		f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+		if resp, b := f.do("POST", "/session", body); resp.StatusCode != 200 {
+			t.Fatalf("new session: %d %v", resp.StatusCode, b)
+		}
+		_, st := f.do("GET", "/status", "")
+		var e map[string]any
+		for _, versions := range st["browsers"].(map[string]any)["chrome"].(map[string]any) {
+			for _, q := range versions.(map[string]any) {
+				e = q.(map[string]any)["sessions"].([]any)[0].(map[string]any)
+			}
+		}
+		caps, _ := e["caps"].(map[string]any)["screenResolution"].(string) // omitted when ""
+		return e["screen"].(string), caps
+	}
+	asked := `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"screenResolution":"1280x1024"}}}}`
+	for _, c := range []struct {
+		l          *stubLauncher
+		body, want string
+	}{
+		{&stubLauncher{container: &[2]string{"c0ffee", "172.30.0.9"}}, w3cChrome, "1920x1080x24"},
+		{&stubLauncher{container: &[2]string{"c0ffee", "172.30.0.9"}}, asked, "1280x1024x24"},
+		{&stubLauncher{}, asked, "1280x1024x24"},
+		{&stubLauncher{}, w3cChrome, ""},
+	} {
+		if screen, caps := screenOf(c.l, c.body); screen != c.want || caps != c.want {
+			t.Errorf("container %v, %s: screen %q, caps.screenResolution %q; want %q", c.l.container != nil, c.body, screen, caps, c.want)
+		}
+	}
+}
