@@ -421,6 +421,14 @@ type deadlineBody struct {
 	once sync.Once
 }
 
+// PauseTimeout stops the body's clock, for a handler that makes the body
+// wait its turn before reading it (the hub's upload budget): a deadline
+// that passed meanwhile would end an HTTP/2 body for good. RestartTimeout
+// starts it again.
+func (b *deadlineBody) PauseTimeout() {
+	_ = b.rc.SetReadDeadline(time.Time{})
+}
+
 // RestartTimeout gives the body the whole BodyTimeout from now, and marks
 // its connection as reading: bodyDeadline starts the clock at the headers,
 // and a handler that makes a body wait its turn before reading it (the

@@ -59,6 +59,16 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 			id = u
 		}
 	}
+	var sent func() // an upload's share of the budget, given back once its driver has it
+	if isUpload(r) {
+		// Before the session is held: a wait for the budget must not keep
+		// the session, and its slot, from ending.
+		var ok bool
+		if sent, ok = h.uploadTurn(w, r); !ok {
+			return
+		}
+		defer sent()
+	}
 	s, ok := h.beginID(w, r, id)
 	if !ok {
 		return
@@ -83,27 +93,9 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 		r.Header.Del("Http2-Settings")
 		r.Header.Del("Connection")
 	}
-	if isUpload(r) {
-		if r.ContentLength > h.opts.MaxUploadSize {
-			webdriver.WriteError(w, http.StatusRequestEntityTooLarge, webdriver.ErrInvalidArgument, h.uploadTooLarge())
-			return
-		}
-		// The body is held in memory until the driver has it: the bytes held
-		// at once are bounded, and an upload over the budget waits its turn
-		// (or until its client gives up) instead of the hub running out.
-		held := r.ContentLength
-		if held < 0 { // chunked: up to the limit
-			held = h.opts.MaxUploadSize
-		}
-		if err := h.uploads.Acquire(r.Context(), held); err != nil {
-			return // the client left while waiting; nobody to answer
-		}
-		defer h.uploads.Release(held)
-		if b, ok := r.Body.(bodyClock); ok {
-			b.RestartTimeout() // the wait is not charged to the body's -body-read-timeout
-		}
+	if sent != nil {
 		r.Body = http.MaxBytesReader(w, r.Body, h.opts.MaxUploadSize)
-		if !h.checkUpload(w, r) { // the zip's decompressed size is bounded too
+		if !h.checkUpload(w, r, sent) { // the zip's decompressed size is bounded too
 			return
 		}
 		if s.WebKit { // WebKitWebDriver has no /file
@@ -115,8 +107,11 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 }
 
 // bodyClock is a request body whose arrival is timed (the server's
-// -body-read-timeout), with its clock restartable.
-type bodyClock interface{ RestartTimeout() }
+// -body-read-timeout), with its clock stopped and started again.
+type bodyClock interface {
+	PauseTimeout()
+	RestartTimeout()
+}
 
 // isUpload reports a file upload: Selenium 4's /se/file or the legacy /file.
 func isUpload(r *http.Request) bool {

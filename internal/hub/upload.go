@@ -17,6 +17,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/websummoner/websummoner/internal/session"
 	"github.com/websummoner/websummoner/internal/webdriver"
@@ -27,9 +29,99 @@ import (
 const maxUploadEntries = 64
 
 // uploadBudget is how many -max-upload-size uploads the hub holds in memory
-// at once, while it checks them and the driver reads them: each costs its
-// body and, while checked, its decoded zip. Those over the budget wait.
+// at once, from their first byte until their driver has the last: each
+// costs its body and, while checked, its decoded zip. Those over the budget
+// wait their turn, for uploadWait at most.
 const uploadBudget = 4
+
+// uploadWait bounds an upload's wait for its turn: past it, 503 and
+// Retry-After. A client that left while waiting is not seen until then (its
+// body unread, its connection is not watched).
+const uploadWait = time.Minute
+
+// uploadTurn waits for an upload's share of the budget: its Content-Length,
+// or -max-upload-size when chunked. It returns the function that gives the
+// share back, once; false if it has answered instead (too large, or no
+// turn within uploadWait). The body's -body-read-timeout does not run while
+// it waits: an HTTP/2 body cut by it could not be read after.
+func (h *Hub) uploadTurn(w http.ResponseWriter, r *http.Request) (func(), bool) {
+	if r.ContentLength > h.opts.MaxUploadSize {
+		webdriver.WriteError(w, http.StatusRequestEntityTooLarge, webdriver.ErrInvalidArgument, h.uploadTooLarge())
+		return nil, false
+	}
+	held := r.ContentLength
+	if held < 0 { // chunked: up to the limit
+		held = h.opts.MaxUploadSize
+	}
+	clock, _ := r.Body.(bodyClock)
+	if clock != nil {
+		clock.PauseTimeout()
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), uploadWait)
+	err := h.uploads.Acquire(ctx, held)
+	cancel()
+	if clock != nil {
+		clock.RestartTimeout()
+	}
+	if err != nil {
+		if r.Context().Err() == nil {
+			w.Header().Set("Retry-After", "10")
+			webdriver.WriteError(w, http.StatusServiceUnavailable, webdriver.ErrUnknownError,
+				fmt.Sprintf("the hub is checking as many file uploads as it holds at once (%d of -max-upload-size %d MiB), and this one found no turn within %v; send it again", uploadBudget, h.opts.MaxUploadSize>>20, uploadWait))
+		}
+		return nil, false
+	}
+	return sync.OnceFunc(func() { h.uploads.Release(held) }), true
+}
+
+// sentBody is a checked upload on its way to the driver. Once the driver
+// has read it all, or the request is done with it, its bytes are dropped
+// and its share of the budget is given back (sent): a driver busy with the
+// session's earlier command may answer much later, and must not hold the
+// budget for everyone else's uploads meanwhile. The Transport may read it
+// again from the start (GetBody) until then.
+type sentBody struct {
+	mu   sync.Mutex
+	data []byte
+	off  int
+	sent func()
+}
+
+func (b *sentBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.data == nil {
+		return 0, io.EOF
+	}
+	n := copy(p, b.data[b.off:])
+	if b.off += n; b.off == len(b.data) {
+		b.drop()
+	}
+	return n, nil
+}
+
+func (b *sentBody) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.drop()
+	return nil
+}
+
+func (b *sentBody) drop() {
+	b.data = nil
+	b.sent()
+}
+
+// again is the body read from the start, for a retry on a fresh
+// connection; an error once it has been dropped.
+func (b *sentBody) again() (io.ReadCloser, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.data == nil {
+		return nil, errors.New("the file upload was already sent whole, and its bytes were let go")
+	}
+	return &sentBody{data: b.data, sent: b.sent}, nil
+}
 
 // errUploadTooLarge is an upload whose zip decompresses to more than
 // -max-upload-size.
@@ -39,11 +131,11 @@ var errUploadTooLarge = errors.New("the upload decompresses to more than -max-up
 // and refuses it when the zip it carries decompresses to more than
 // -max-upload-size or has too many entries: the bound on the body alone let a
 // 1 MB zip become a 1 GiB file on the driver's host. The body is put back as
-// read, so the driver gets the client's bytes unchanged. A body that is not
+// read (a sentBody), so the driver gets the client's bytes unchanged. A body that is not
 // strictly {"file": "<base64 of a zip>"} is refused too: a JSON reader laxer
 // than Go's (Chromium's takes comments) would otherwise unpack a zip the check
 // never saw. It reports whether the request may go on; if not, it has answered.
-func (h *Hub) checkUpload(w http.ResponseWriter, r *http.Request) bool {
+func (h *Hub) checkUpload(w http.ResponseWriter, r *http.Request, sent func()) bool {
 	body, err := io.ReadAll(r.Body)
 	_ = r.Body.Close()
 	if err != nil {
@@ -68,9 +160,8 @@ func (h *Hub) checkUpload(w http.ResponseWriter, r *http.Request) bool {
 		webdriver.WriteError(w, status, webdriver.ErrInvalidArgument, msg)
 		return false
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	r.ContentLength = int64(len(body))
-	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	b := &sentBody{data: body, sent: sent}
+	r.Body, r.ContentLength, r.GetBody = b, int64(len(body)), b.again
 	return true
 }
 

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/websummoner/websummoner/internal/queue"
 )
@@ -194,51 +195,99 @@ func TestUploadDecompressedSizeBounded(t *testing.T) {
 }
 
 // The file uploads the hub holds in memory at once are bounded: past
-// uploadBudget uploads of -max-upload-size, the next waits until one has gone
-// through its driver, then goes on; none is refused or lost. In fake time, so
-// that "waits" is a fact, not a timing margin.
+// uploadBudget uploads of -max-upload-size that their driver has not read,
+// the next waits for a turn, for uploadWait at most, then is told to retry
+// (503, Retry-After); none is lost. In fake time, so that "waits" is a
+// fact, not a timing margin.
 func TestUploadsHeldAtOnceAreBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var arrived atomic.Int32
-		release := make(chan struct{})
-		done := sync.OnceFunc(func() { close(release) })
-		defer done() // a failed check leaves no upload blocked in the bubble
-		l := &stubLauncher{mem: newMemTransport(), wrap: func(h http.Handler) http.Handler {
-			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if strings.HasSuffix(r.URL.Path, "/file") {
-					arrived.Add(1)
-					<-release // the driver still reading: the hub still holds the body
-				}
-				h.ServeHTTP(w, r)
-			})
-		}}
-		f := newFixture(t, queue.Options{Limit: 1}, Options{MaxUploadSize: 1 << 20}, l)
-		_, body := f.do("POST", "/session", w3cChrome)
-		id := body["value"].(map[string]any)["sessionId"].(string)
-		// Most of a MiB each, with a length: four fit in the budget, five do not.
-		upload := `{"file":"` + base64.StdEncoding.EncodeToString(zipOf(t, map[string][]byte{"a.txt": []byte("a")})) +
-			`","pad":"` + strings.Repeat("x", 900<<10) + `"}`
-		codes := make(chan int, uploadBudget+1)
+		f, id, arrived, release := uploadFixture(t, false)
+		upload := bigUpload(t)
+		type answer struct {
+			code  int
+			retry string
+		}
+		answers := make(chan answer, uploadBudget+1)
 		for range uploadBudget + 1 {
 			go func() {
 				resp, _ := f.do("POST", "/session/"+id+"/se/file", upload)
-				codes <- resp.StatusCode
+				answers <- answer{resp.StatusCode, resp.Header.Get("Retry-After")}
 			}()
 		}
 		synctest.Wait()
 		if n := arrived.Load(); n != uploadBudget {
 			t.Fatalf("%d uploads of %d KiB reached the driver at once, want %d (a budget of %d MiB)", n, len(upload)>>10, uploadBudget, uploadBudget)
 		}
-		release <- struct{}{} // one goes through: the waiting one goes on
+		time.Sleep(uploadWait)
 		synctest.Wait()
-		if n := arrived.Load(); n != uploadBudget+1 {
-			t.Fatalf("after one upload went through, %d had reached the driver, want %d", n, uploadBudget+1)
+		if a := <-answers; a.code != http.StatusServiceUnavailable || a.retry == "" {
+			t.Fatalf("an upload that found no turn within %v: %+v, want 503 and Retry-After", uploadWait, a)
 		}
-		done()
-		for range uploadBudget + 1 {
+		release()
+		for range uploadBudget {
+			if a := <-answers; a.code != 200 {
+				t.Errorf("an upload answered %+v", a)
+			}
+		}
+	})
+}
+
+// An upload's share of the budget goes back once its driver has read it,
+// not when the driver answers: a driver busy with the session's earlier
+// command answers later, and must not hold everyone else's uploads.
+func TestUploadBudgetReturnsOnceTheDriverHasTheBytes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, id, arrived, release := uploadFixture(t, true)
+		upload := bigUpload(t)
+		codes := make(chan int, 2*uploadBudget)
+		for range 2 * uploadBudget {
+			go func() {
+				resp, _ := f.do("POST", "/session/"+id+"/se/file", upload)
+				codes <- resp.StatusCode
+			}()
+		}
+		synctest.Wait()
+		if n := arrived.Load(); n != 2*uploadBudget {
+			t.Fatalf("%d of %d uploads reached a driver that read them and has not answered, want all", n, 2*uploadBudget)
+		}
+		release()
+		for range 2 * uploadBudget {
 			if code := <-codes; code != 200 {
 				t.Errorf("an upload answered %d", code)
 			}
 		}
 	})
+}
+
+// uploadFixture is a session on an in-memory driver whose uploads count in
+// arrived and wait for release before the driver answers; readFirst says
+// whether the driver reads the upload before it waits.
+func uploadFixture(t *testing.T, readFirst bool) (f *fixture, id string, arrived *atomic.Int32, release func()) {
+	arrived = new(atomic.Int32)
+	gate := make(chan struct{})
+	release = sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release) // a failed check leaves no upload blocked in the bubble
+	l := &stubLauncher{mem: newMemTransport(), wrap: func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.URL.Path, "/file") {
+				if readFirst {
+					data, _ := io.ReadAll(r.Body)
+					r.Body = io.NopCloser(bytes.NewReader(data))
+				}
+				arrived.Add(1)
+				<-gate
+			}
+			h.ServeHTTP(w, r)
+		})
+	}}
+	f = newFixture(t, queue.Options{Limit: 1}, Options{MaxUploadSize: 1 << 20}, l)
+	_, body := f.do("POST", "/session", w3cChrome)
+	return f, body["value"].(map[string]any)["sessionId"].(string), arrived, release
+}
+
+// bigUpload is most of a MiB, with a length: four fit in the budget of a
+// -max-upload-size of 1 MiB, five do not.
+func bigUpload(t *testing.T) string {
+	return `{"file":"` + base64.StdEncoding.EncodeToString(zipOf(t, map[string][]byte{"a.txt": []byte("a")})) +
+		`","pad":"` + strings.Repeat("x", 900<<10) + `"}`
 }
