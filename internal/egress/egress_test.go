@@ -30,6 +30,7 @@ func fixedAttached() ([]Network, error) { return []Network{testBridge}, nil }
 func TestCheck(t *testing.T) {
 	ports := &PortSet{}
 	ports.Add(32770)
+	ports.AddHosts(netip.MustParseAddr("192.0.2.50"), netip.MustParseAddr("2001:db8::50")) // a Docker engine on another host
 	g := &Guard{Ports: ports}
 	attached := []Network{testBridge, {Prefix: netip.MustParsePrefix("fd12:3456::/64"), Interface: "br-v6"}}
 	for _, c := range []struct {
@@ -57,6 +58,10 @@ func TestCheck(t *testing.T) {
 		{"255.255.255.255", 80, "one host"},
 		{"127.0.0.1", 32770, "Docker session"},
 		{"::1", 32770, "Docker session"},
+		{"192.0.2.50", 443, "Docker engine"},
+		{"::ffff:192.0.2.50", 32770, "Docker engine"},
+		{"2001:db8::50", 8080, "Docker engine"},
+		{"192.0.2.51", 443, ""},
 	} {
 		err := g.Check(netip.MustParseAddr(c.ip), c.port, attached)
 		switch {

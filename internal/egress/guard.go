@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -26,7 +27,8 @@ import (
 //     take connections from the host as from the hub;
 //   - link-local addresses (169.254.0.0/16, fe80::/10: cloud metadata
 //     services), unspecified, multicast and broadcast addresses;
-//   - a loopback port a Docker session of this hub publishes (Guard.Ports).
+//   - a loopback port a Docker session of this hub publishes (Guard.Ports),
+//     and every port of a Docker engine on another host, where they publish.
 //
 // Allowed: the rest of loopback (the host's own services, the application a
 // user tests on localhost) and whatever the default route reaches.
@@ -82,6 +84,8 @@ func (g *Guard) Check(ip netip.Addr, port uint16, attached []Network) error {
 	switch {
 	case netns.Range().Contains(ip):
 		return refuse("an address of a session's sandbox (" + netns.Range().String() + ")")
+	case g.Ports.HoldsHost(ip):
+		return refuse("the host of this hub's Docker engine, where its sessions' containers publish their ports")
 	case ip.IsLoopback():
 		if g.Ports.Holds(port) {
 			return refuse(fmt.Sprintf("on the host's loopback, and port %d is a Docker session's", port))
@@ -174,9 +178,38 @@ func (g *Guard) attached() ([]Network, error) {
 // driver, DevTools, VNC, file and clipboard services, which take a connection
 // from there as one from the hub) when it starts and removes them when it is
 // gone. A nil *PortSet is empty and takes nothing.
+//
+// It also holds the addresses of a Docker engine on another host
+// (DOCKER_HOST=tcp://…), where containers publish their ports instead:
+// every port there is refused.
 type PortSet struct {
 	mu    sync.Mutex
 	ports map[uint16]int
+	hosts []netip.Addr
+}
+
+// AddHosts refuses every port of addrs: a Docker engine's host.
+func (s *PortSet) AddHosts(addrs ...netip.Addr) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range addrs {
+		if a = a.Unmap(); !slices.Contains(s.hosts, a) {
+			s.hosts = append(s.hosts, a)
+		}
+	}
+}
+
+// HoldsHost says whether every port of ip is refused.
+func (s *PortSet) HoldsHost(ip netip.Addr) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Contains(s.hosts, ip.Unmap())
 }
 
 // Add puts ports in the set; a port added twice stays until removed twice.

@@ -141,6 +141,7 @@ type Launcher struct {
 	addr      Address              // how drivers are reached, once known (address)
 	self      string               // the hub's own container with ByIP, if it joins networks
 	pub       published            // where Published ports are, by the engine's DOCKER_HOST
+	fromHub   string               // the hub's address toward a remote engine (address)
 }
 
 // New returns a Docker launcher. Run must be called for the health check, the

@@ -93,6 +93,9 @@ func (l *Launcher) hubAddresses(ctx context.Context, netName, gateway string) (s
 	if gateway != "" {
 		addrs = append(addrs, gateway)
 	}
+	if from := l.fromHubAddress(); from != "" && !slices.Contains(addrs, from) {
+		addrs = append(addrs, from) // a remote engine's port mapping keeps the hub's own address
+	}
 	if m := l.mode(); m == ByName || m == ByIP {
 		ifaces, err := net.InterfaceAddrs()
 		if err != nil {

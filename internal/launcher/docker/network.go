@@ -124,11 +124,22 @@ func hostPort(addr Address, pub published, info container.InspectResponse, name,
 		return "", errors.New("the engine reported no network settings")
 	}
 	for _, b := range info.NetworkSettings.Ports[port] {
-		if b.HostPort != "" && (b.HostIP == pub.bind || b.HostIP == "" || b.HostIP == "0.0.0.0") {
+		if b.HostPort != "" && (sameAddr(b.HostIP, pub.bind) || b.HostIP == "" || b.HostIP == "0.0.0.0") {
 			return net.JoinHostPort(pub.host, b.HostPort), nil
 		}
 	}
 	return "", fmt.Errorf("port %s is not published on %s", port, pub.bind)
+}
+
+// sameAddr reports whether two IP addresses are one, however written
+// (the engine reports fd00::5 for a DOCKER_HOST of [FD00:0::5]).
+func sameAddr(a, b string) bool {
+	x, errX := netip.ParseAddr(a)
+	y, errY := netip.ParseAddr(b)
+	if errX != nil || errY != nil {
+		return a == b
+	}
+	return x.Unmap() == y.Unmap()
 }
 
 // published is where containers' ports are published (Published): bound

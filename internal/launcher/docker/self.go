@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"regexp"
 	"slices"
@@ -59,12 +60,28 @@ func (l *Launcher) address(ctx context.Context) (Address, error) {
 			return "", fmt.Errorf("joining the hub's container %s to -container-network %q: %w", shortID(self), l.opts.Network, err)
 		}
 	}
+	var from string
+	if pub := l.publishedAt(); a == Published && pub != localEngine {
+		// The engine's host publishes every session's ports: no sandboxed
+		// local browser may go there. Its containers take the hub's
+		// connections from the address the hub's host sends from, which
+		// Docker's port mapping keeps.
+		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", pub.host)
+		if err != nil {
+			return "", fmt.Errorf("resolving the Docker engine's host %q (DOCKER_HOST): %w", pub.host, err)
+		}
+		l.opts.Published.AddHosts(ips...)
+		from = localAddrToward(pub.host)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.addr == "" {
-		l.addr, l.self = a, self
+		l.addr, l.self, l.fromHub = a, self, from
 		if pub := l.publishedAt(); a == Published && pub != localEngine {
-			logtag.Event(l.log, slog.LevelWarn, "", "INIT", fmt.Sprintf("the Docker engine is on another host (DOCKER_HOST): browsers' ports are published on %s of it and reached at %s, as Selenoid reaches them; whoever reaches that address reaches them, so let the hub alone", pub.bind, pub.host))
+			logtag.Event(l.log, slog.LevelWarn, "", "INIT", fmt.Sprintf("the Docker engine is reached over TCP at %s (DOCKER_HOST): browsers' ports are published on %s there and reached at %s, as Selenoid reaches them; whoever reaches that address reaches them, so let the hub alone", pub.host, pub.bind, pub.host))
+		}
+		if a == ByIP && self == "" {
+			logtag.Event(l.log, slog.LevelInfo, "", "INIT", "-container-address ip: the hub runs in no container of this engine, so it joins no network and dials each browser's address from this host's network")
 		}
 		if self != "" {
 			logtag.Event(l.log, slog.LevelInfo, "", "INIT", "the hub runs in container "+shortID(self)+": browsers are reached by their address on the network it shares with them")
@@ -85,6 +102,25 @@ func (l *Launcher) mode() Address {
 		return l.opts.Address
 	}
 	return l.addr
+}
+
+// localAddrToward is the address this host's connections to host come
+// from, as its routes choose it; "" if it has none. No packet is sent.
+func localAddrToward(host string) string {
+	c, err := net.Dial("udp", net.JoinHostPort(host, "9"))
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP.String()
+}
+
+// fromHubAddress is the address the hub's connections to a remote engine's
+// published ports come from ("" for a local engine).
+func (l *Launcher) fromHubAddress() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fromHub
 }
 
 // forwards reports whether the hub's network namespace forwards IPv4

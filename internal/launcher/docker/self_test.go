@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -15,6 +16,8 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
+
+	"github.com/websummoner/websummoner/internal/egress"
 )
 
 // The hub finds the id of its own container in the paths the engine mounts
@@ -157,7 +160,8 @@ func TestEngineOverTCP(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { remote.Close() })
-	l, lines := newLauncher(t, Options{}, remote)
+	refused := &egress.PortSet{}
+	l, lines := newLauncher(t, Options{Published: refused}, remote)
 	inst, err := l.Start(context.Background(), stubRequest())
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +184,18 @@ func TestEngineOverTCP(t *testing.T) {
 			t.Errorf("published on %q, want the engine's address alone", b.HostIP)
 		}
 	}
-	if m := lines.Wait(t, "another host", time.Second); !strings.Contains(m, "127.0.0.2") {
+	if m := lines.Wait(t, "reached over TCP", time.Second); !strings.Contains(m, "127.0.0.2") {
 		t.Errorf("the start does not say where browsers are published: %s", m)
+	}
+	// No sandboxed local browser may go to the engine's host; its
+	// containers accept the address the hub's connections come from there.
+	if !refused.HoldsHost(netip.MustParseAddr("127.0.0.2")) {
+		t.Error("the engine's host is not refused to sandboxed browsers")
+	}
+	if addrs := strings.Split(envOf(info.Config.Env, HubAddressesEnv), ","); !slices.Contains(addrs, "127.0.0.1") {
+		t.Errorf("the container does not accept the hub's own address toward the engine: %s=%q", HubAddressesEnv, addrs)
+	}
+	if !sameAddr("fd00::5", "FD00:0::5") || sameAddr("fd00::5", "fd00::6") {
+		t.Error("sameAddr compares text, not addresses")
 	}
 }
