@@ -33,10 +33,17 @@ func runHubContainer(t *testing.T, image, name, conf string, runArgs []string, h
 		t.Fatal(err)
 	}
 	// On the host's network nothing is published: the hub listens on the
-	// host's loopback, at the -listen it is given.
+	// host's loopback, at the -listen it is given. On another container's
+	// network, that container publishes the hub's 4444.
 	hostNet := slices.Contains(runArgs, "--network=host")
+	var owner string
+	for _, a := range runArgs {
+		if o, ok := strings.CutPrefix(a, "--network=container:"); ok {
+			owner = o
+		}
+	}
 	args := []string{"run", "-d", "--name", name}
-	if !hostNet {
+	if !hostNet && owner == "" {
 		args = append(args, "-p", "127.0.0.1::4444")
 	}
 	args = append(append(args, "-v", "/var/run/docker.sock:/var/run/docker.sock", "--group-add", fmt.Sprint(st.Gid),
@@ -50,7 +57,11 @@ func runHubContainer(t *testing.T, image, name, conf string, runArgs []string, h
 	if hostNet {
 		url = "http://" + hubArgs[slices.Index(hubArgs, "-listen")+1]
 	} else {
-		port, err := exec.Command("docker", "port", name, "4444/tcp").Output()
+		published := name
+		if owner != "" {
+			published = owner
+		}
+		port, err := exec.Command("docker", "port", published, "4444/tcp").Output()
 		if err != nil {
 			t.Fatalf("docker port: %v", err)
 		}
@@ -191,6 +202,34 @@ func TestHubContainerHostNetwork(t *testing.T) {
 	c := stubThroughHubContainer(t, "hubhost", []string{"--network=host"}, "-listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)))
 	if ports := strings.TrimSpace(dockerOut(t, "port", c.browser)); !strings.HasPrefix(ports, "4444/tcp -> 127.0.0.1:") {
 		t.Errorf("the browser's driver is not published on the host's loopback: %q", ports)
+	}
+	c.end(t)
+}
+
+// A hub container on another container's network (--network container:X,
+// a sidecar's way) cannot join networks itself: X joins each session's, and
+// the hub dials the browser there, through X's network. The engine mounts
+// X's /etc/hostname into such a container, so the hub finds X as its own.
+func TestHubContainerOnAnotherContainersNetwork(t *testing.T) {
+	requireRealParts(t)
+	requireDocker(t) // builds the stub image
+	owner := "ws-e2e-netowner-" + runID
+	exec.Command("docker", "rm", "-f", owner).Run()
+	// The stub image as the network's owner: a container that only sleeps
+	// would do as well; this one needs nothing else built. Its own driver
+	// listens on 9999, out of the hub's way.
+	if out, err := exec.Command("docker", "run", "-d", "--name", owner, "-p", "127.0.0.1::4444", stubTag, "-port", "9999").CombinedOutput(); err != nil {
+		t.Fatalf("the network's owner: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("docker", "rm", "-f", owner).Run() })
+	ownerID := strings.TrimSpace(dockerOut(t, "inspect", "-f", "{{.Id}}", owner))
+	c := stubThroughHubContainer(t, "hubshared", []string{"--network=container:" + owner})
+	nets := strings.Fields(dockerOut(t, "network", "ls", "-q", "--filter", "label=websummoner.instance="+c.instance))
+	if len(nets) != 1 {
+		t.Fatalf("session networks: %v, want 1", nets)
+	}
+	if on := dockerOut(t, "network", "inspect", "-f", "{{range $id, $c := .Containers}}{{$id}} {{end}}", nets[0]); !strings.Contains(on, ownerID) {
+		t.Errorf("the network's owner is not on the session's network: %s", on)
 	}
 	c.end(t)
 }
