@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
@@ -524,5 +525,11 @@ func quotaOf(r *http.Request) string {
 		return u
 	}
 	u, _, _ := r.BasicAuth()
+	if len(u) > maxQuotaName || !utf8.ValidString(u) {
+		return "" // unchecked: a name of a header's length would be every /status's
+	}
 	return u
 }
+
+// maxQuotaName bounds an unchecked basic-auth user name that /status shows.
+const maxQuotaName = 256

@@ -156,9 +156,11 @@ func TestStatusQuotaIsTheOwner(t *testing.T) {
 	}
 	// Without -htpasswd, as Selenoid: the basic-auth user the request named,
 	// unchecked (ggr in front names one), and "unknown" for none.
-	open := newFixture(t, queue.Options{Limit: 2}, Options{}, &stubLauncher{})
+	open := newFixture(t, queue.Options{Limit: 3}, Options{}, &stubLauncher{})
 	open.do("POST", "/session", w3cChrome)
 	open.do("POST", "/session", w3cChrome, "Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte("team-a:anything")))
+	// A name of a header's length is not shown to every /status: unknown.
+	open.do("POST", "/session", w3cChrome, "Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(strings.Repeat("n", 64<<10)+":x")))
 	_, st := open.do("GET", "/status", "")
 	if q := st["browsers"].(map[string]any)["chrome"].(map[string]any)[""].(map[string]any); len(q) != 2 || q["unknown"] == nil || q["team-a"] == nil {
 		t.Errorf("without -htpasswd, quotas %v; want \"unknown\" and the basic-auth user \"team-a\"", q)
