@@ -175,13 +175,7 @@ func TestHubContainerSelenoidWay(t *testing.T) {
 	if ports := strings.TrimSpace(dockerOut(t, "port", c.browser)); ports != "" {
 		t.Errorf("the browser publishes ports on the host: %s", ports)
 	}
-	nets := strings.Fields(dockerOut(t, "network", "ls", "-q", "--filter", "label=websummoner.instance="+c.instance))
-	if len(nets) != 1 {
-		t.Fatalf("session networks: %v, want 1", nets)
-	}
-	if on := dockerOut(t, "network", "inspect", "-f", "{{range $id, $c := .Containers}}{{$id}} {{end}}", nets[0]); !strings.Contains(on, hubID) {
-		t.Errorf("the hub's container is not on the session's network: %s", on)
-	}
+	c.joinedBy(t, hubID, "the hub's container")
 	c.end(t)
 	if left := strings.Fields(dockerOut(t, "network", "ls", "-q", "--filter", "label=websummoner.instance="+c.instance)); len(left) != 0 {
 		t.Errorf("session networks left: %v", left)
@@ -224,13 +218,7 @@ func TestHubContainerOnAnotherContainersNetwork(t *testing.T) {
 	t.Cleanup(func() { exec.Command("docker", "rm", "-f", owner).Run() })
 	ownerID := strings.TrimSpace(dockerOut(t, "inspect", "-f", "{{.Id}}", owner))
 	c := stubThroughHubContainer(t, "hubshared", []string{"--network=container:" + owner})
-	nets := strings.Fields(dockerOut(t, "network", "ls", "-q", "--filter", "label=websummoner.instance="+c.instance))
-	if len(nets) != 1 {
-		t.Fatalf("session networks: %v, want 1", nets)
-	}
-	if on := dockerOut(t, "network", "inspect", "-f", "{{range $id, $c := .Containers}}{{$id}} {{end}}", nets[0]); !strings.Contains(on, ownerID) {
-		t.Errorf("the network's owner is not on the session's network: %s", on)
-	}
+	c.joinedBy(t, ownerID, "the network's owner")
 	c.end(t)
 }
 
@@ -269,6 +257,19 @@ func stubThroughHubContainer(t *testing.T, tag string, runArgs []string, hubArgs
 	}
 	c.browser = browsers[0]
 	return c
+}
+
+// joinedBy checks that the session has a network of its own, and that
+// container id (what) is on it.
+func (c *stubSession) joinedBy(t *testing.T, id, what string) {
+	t.Helper()
+	nets := strings.Fields(dockerOut(t, "network", "ls", "-q", "--filter", "label=websummoner.instance="+c.instance))
+	if len(nets) != 1 {
+		t.Fatalf("session networks: %v, want 1", nets)
+	}
+	if on := dockerOut(t, "network", "inspect", "-f", "{{range $id, $c := .Containers}}{{$id}} {{end}}", nets[0]); !strings.Contains(on, id) {
+		t.Errorf("%s is not on the session's network: %s", what, on)
+	}
 }
 
 // end deletes the session and checks that its teardown, which ends after
