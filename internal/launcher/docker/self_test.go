@@ -155,7 +155,10 @@ func TestEngineOverTCP(t *testing.T) {
 			})
 		}
 	}()
-	remote, err := client.NewClientWithOpts(client.WithHost("tcp://"+ln.Addr().String()), client.WithAPIVersionNegotiation())
+	// As the hub connects: DOCKER_HOST, read by NewEngine, which also
+	// settles the API version before the client is shared.
+	t.Setenv("DOCKER_HOST", "tcp://"+ln.Addr().String())
+	remote, err := NewEngine()
 	if err != nil {
 		t.Fatal(err)
 	}
