@@ -85,7 +85,7 @@ func (l *Launcher) address(ctx context.Context) (Address, error) {
 		}
 		if self != "" {
 			logtag.Event(l.log, slog.LevelInfo, "", "INIT", "the hub runs in container "+shortID(self)+": browsers are reached by their address on the network it shares with them")
-			if forwards() {
+			if forwards() && !l.userNetwork() { // on one shared network, sessions are not apart anyway
 				logtag.Event(l.log, slog.LevelWarn, "", "IP_FORWARD", "the hub's container forwards packets (net.ipv4.ip_forward=1) and joins every session's network: run it with --sysctl net.ipv4.ip_forward=0, so that it is no router between sessions")
 			}
 		}
