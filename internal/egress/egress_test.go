@@ -61,6 +61,7 @@ func TestCheck(t *testing.T) {
 		{"192.0.2.50", 443, "Docker engine"},
 		{"::ffff:192.0.2.50", 32770, "Docker engine"},
 		{"2001:db8::50", 8080, "Docker engine"},
+		{"2001:db8::50%lo", 8080, "Docker engine"},
 		{"192.0.2.51", 443, ""},
 	} {
 		err := g.Check(netip.MustParseAddr(c.ip), c.port, attached)

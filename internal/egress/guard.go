@@ -196,7 +196,7 @@ func (s *PortSet) AddHosts(addrs ...netip.Addr) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range addrs {
-		if a = a.Unmap(); !slices.Contains(s.hosts, a) {
+		if a = a.Unmap().WithZone(""); !slices.Contains(s.hosts, a) {
 			s.hosts = append(s.hosts, a)
 		}
 	}
@@ -209,7 +209,7 @@ func (s *PortSet) HoldsHost(ip netip.Addr) bool {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Contains(s.hosts, ip.Unmap())
+	return slices.Contains(s.hosts, ip.Unmap().WithZone(""))
 }
 
 // Add puts ports in the set; a port added twice stays until removed twice.

@@ -423,10 +423,12 @@ type deadlineBody struct {
 
 // PauseTimeout stops the body's clock, for a handler that makes the body
 // wait its turn before reading it (the hub's upload budget): a deadline
-// that passed meanwhile would end an HTTP/2 body for good. RestartTimeout
+// that passed meanwhile would end an HTTP/2 body for good, and a connection
+// reading slowly is shed first near the descriptor limit. RestartTimeout
 // starts it again.
 func (b *deadlineBody) PauseTimeout() {
 	_ = b.rc.SetReadDeadline(time.Time{})
+	b.s.setReading(b.info, false) // waiting, not trickling: not shed as a slow body
 }
 
 // RestartTimeout gives the body the whole BodyTimeout from now, and marks

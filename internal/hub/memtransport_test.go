@@ -3,8 +3,10 @@ package hub
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"sync"
 )
 
@@ -49,6 +51,16 @@ func (m *memTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Body == nil {
 		req.Body = http.NoBody
 	}
+	// As Go's Transport, it tells a client trace when the request is
+	// written whole: here, when the handler has read the body to its end.
+	if trace := httptrace.ContextClientTrace(req.Context()); trace != nil && trace.WroteRequest != nil {
+		wrote := sync.OnceFunc(func() { trace.WroteRequest(httptrace.WroteRequestInfo{}) })
+		if req.Body == http.NoBody {
+			wrote()
+		} else {
+			req.Body = &wroteBody{ReadCloser: req.Body, wrote: wrote}
+		}
+	}
 	rec := httptest.NewRecorder()
 	done := make(chan struct{})
 	go func() {
@@ -61,4 +73,19 @@ func (m *memTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	case <-req.Context().Done():
 		return nil, req.Context().Err()
 	}
+}
+
+// wroteBody is a request body that calls wrote once it has been read to
+// its end.
+type wroteBody struct {
+	io.ReadCloser
+	wrote func()
+}
+
+func (b *wroteBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.wrote()
+	}
+	return n, err
 }

@@ -93,17 +93,20 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 		r.Header.Del("Http2-Settings")
 		r.Header.Del("Connection")
 	}
+	ctx := context.WithValue(r.Context(), sessionKey{}, s)
 	if sent != nil {
 		r.Body = http.MaxBytesReader(w, r.Body, h.opts.MaxUploadSize)
-		if !h.checkUpload(w, r, sent) { // the zip's decompressed size is bounded too
+		b, ok := h.checkUpload(w, r, sent) // the zip's decompressed size is bounded too
+		if !ok {
 			return
 		}
-		if s.WebKit { // WebKitWebDriver has no /file
+		if s.WebKit { // WebKitWebDriver has no /file: the hub unpacks it, within the budget
 			h.storeUpload(w, r, s)
 			return
 		}
+		ctx = b.trace(ctx)
 	}
-	h.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), sessionKey{}, s)))
+	h.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // bodyClock is a request body whose arrival is timed (the server's

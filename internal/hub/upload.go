@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -74,54 +75,70 @@ func (h *Hub) uploadTurn(w http.ResponseWriter, r *http.Request) (func(), bool) 
 	return sync.OnceFunc(func() { h.uploads.Release(held) }), true
 }
 
-// sentBody is a checked upload on its way to the driver. Once the driver
-// has read it all, or the request is done with it, its bytes are dropped
-// and its share of the budget is given back (sent): a driver busy with the
-// session's earlier command may answer much later, and must not hold the
-// budget for everyone else's uploads meanwhile. The Transport may read it
-// again from the start (GetBody) until then.
+// sentBody is a checked upload on its way to the driver. Once the request
+// is written whole (written, from the Transport's WroteRequest), its bytes
+// are let go and its share of the budget is given back (sent): a driver busy
+// with the session's earlier command may answer much later, and must not
+// hold the budget for everyone else's uploads meanwhile. Until then the
+// Transport may read it again from the start (again, its GetBody): a POST
+// is resent only when nothing of it was written.
 type sentBody struct {
 	mu   sync.Mutex
-	data []byte
-	off  int
+	data []byte // nil once written
 	sent func()
 }
 
-func (b *sentBody) Read(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.data == nil {
-		return 0, io.EOF
-	}
-	n := copy(p, b.data[b.off:])
-	if b.off += n; b.off == len(b.data) {
-		b.drop()
-	}
-	return n, nil
-}
+// reader is one reading of the body from its start.
+func (b *sentBody) reader() io.ReadCloser { return &sentReader{b: b} }
 
-func (b *sentBody) Close() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.drop()
-	return nil
-}
-
-func (b *sentBody) drop() {
-	b.data = nil
-	b.sent()
-}
-
-// again is the body read from the start, for a retry on a fresh
-// connection; an error once it has been dropped.
+// again is reader for the Transport's GetBody; an error once the body was
+// written whole and let go.
 func (b *sentBody) again() (io.ReadCloser, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.data == nil {
 		return nil, errors.New("the file upload was already sent whole, and its bytes were let go")
 	}
-	return &sentBody{data: b.data, sent: b.sent}, nil
+	return b.reader(), nil
 }
+
+// written lets the bytes go and gives the share back, once the request is
+// written whole.
+func (b *sentBody) written() {
+	b.mu.Lock()
+	b.data = nil
+	b.mu.Unlock()
+	b.sent()
+}
+
+// trace is ctx with written hooked to the request's being written whole.
+func (b *sentBody) trace(ctx context.Context) context.Context {
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(i httptrace.WroteRequestInfo) {
+		if i.Err == nil {
+			b.written()
+		}
+	}})
+}
+
+// sentReader reads a sentBody; a body let go reads as ended, and the
+// Transport, finding fewer bytes than Content-Length, sends nothing short.
+type sentReader struct {
+	b   *sentBody
+	off int
+}
+
+func (r *sentReader) Read(p []byte) (int, error) {
+	r.b.mu.Lock()
+	defer r.b.mu.Unlock()
+	if r.off >= len(r.b.data) {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b.data[r.off:])
+	r.off += n
+	return n, nil
+}
+
+func (r *sentReader) Close() error { return nil }
 
 // errUploadTooLarge is an upload whose zip decompresses to more than
 // -max-upload-size.
@@ -135,7 +152,7 @@ var errUploadTooLarge = errors.New("the upload decompresses to more than -max-up
 // strictly {"file": "<base64 of a zip>"} is refused too: a JSON reader laxer
 // than Go's (Chromium's takes comments) would otherwise unpack a zip the check
 // never saw. It reports whether the request may go on; if not, it has answered.
-func (h *Hub) checkUpload(w http.ResponseWriter, r *http.Request, sent func()) bool {
+func (h *Hub) checkUpload(w http.ResponseWriter, r *http.Request, sent func()) (*sentBody, bool) {
 	body, err := io.ReadAll(r.Body)
 	_ = r.Body.Close()
 	if err != nil {
@@ -148,7 +165,7 @@ func (h *Hub) checkUpload(w http.ResponseWriter, r *http.Request, sent func()) b
 			webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument,
 				fmt.Sprintf("the file upload's body broke off: %v; send it whole", err))
 		}
-		return false
+		return nil, false
 	}
 	if _, err := checkUploadBody(body, h.opts.MaxUploadSize); err != nil {
 		status, msg := http.StatusBadRequest, err.Error()
@@ -158,11 +175,11 @@ func (h *Hub) checkUpload(w http.ResponseWriter, r *http.Request, sent func()) b
 				h.opts.MaxUploadSize>>20, len(body))
 		}
 		webdriver.WriteError(w, status, webdriver.ErrInvalidArgument, msg)
-		return false
+		return nil, false
 	}
 	b := &sentBody{data: body, sent: sent}
-	r.Body, r.ContentLength, r.GetBody = b, int64(len(body)), b.again
-	return true
+	r.Body, r.ContentLength, r.GetBody = b.reader(), int64(len(body)), b.again
+	return b, true
 }
 
 // notAnUpload is the refusal of a body that is not a file upload the hub can

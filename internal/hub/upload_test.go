@@ -291,3 +291,85 @@ func bigUpload(t *testing.T) string {
 	return `{"file":"` + base64.StdEncoding.EncodeToString(zipOf(t, map[string][]byte{"a.txt": []byte("a")})) +
 		`","pad":"` + strings.Repeat("x", 900<<10) + `"}`
 }
+
+// Go's Transport sends an upload again from its start (GetBody) when a kept
+// connection to the driver turns out closed before anything was written,
+// after closing the first reading: the bytes stay until the request is
+// written whole, and only then are they let go and the budget's share given
+// back.
+func TestSentBodyResendsUntilWritten(t *testing.T) {
+	var given atomic.Int32
+	b := &sentBody{data: []byte("the client's bytes"), sent: sync.OnceFunc(func() { given.Add(1) })}
+	first := b.reader()
+	first.Read(make([]byte, 4))
+	first.Close() // as the Transport's rewind does
+	again, err := b.again()
+	if err != nil {
+		t.Fatalf("GetBody after the first reading was closed: %v", err)
+	}
+	if data, _ := io.ReadAll(again); string(data) != "the client's bytes" || given.Load() != 0 {
+		t.Fatalf("resent %q, share given back %d times before the request was written", data, given.Load())
+	}
+	b.written()
+	b.written()
+	if given.Load() != 1 {
+		t.Fatalf("share given back %d times, want once", given.Load())
+	}
+	if _, err := b.again(); err == nil {
+		t.Fatal("GetBody after the request was written whole: the bytes were kept")
+	}
+}
+
+// Through the hub's own Transport and real sockets, an upload's share goes
+// back once the request is written whole (the Transport's WroteRequest), not
+// when its driver answers: 2 × uploadBudget uploads all reach drivers that
+// have read them and not answered.
+func TestUploadBudgetReturnsWhenWritten(t *testing.T) {
+	arrived := make(chan struct{}, 2*uploadBudget)
+	gate := make(chan struct{})
+	l := &stubLauncher{wrap: func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.URL.Path, "/file") {
+				data, _ := io.ReadAll(r.Body)
+				r.Body = io.NopCloser(bytes.NewReader(data))
+				arrived <- struct{}{}
+				<-gate
+			}
+			h.ServeHTTP(w, r)
+		})
+	}}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{MaxUploadSize: 1 << 20}, l)
+	release := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release) // before the fixture's servers close, which wait for their handlers
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	upload := bigUpload(t)
+	codes := make(chan int, 2*uploadBudget)
+	for range 2 * uploadBudget {
+		go func() {
+			req, _ := http.NewRequest("POST", f.srv.URL+"/session/"+id+"/se/file", strings.NewReader(upload))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				codes <- 0
+				return
+			}
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	for i := range 2 * uploadBudget {
+		select {
+		case <-arrived:
+		case code := <-codes:
+			t.Fatalf("an upload answered %d before its driver had it", code)
+		case <-time.After(time.Minute): // a bound for a hang, not a margin
+			t.Fatalf("%d of %d uploads reached drivers that read them and had not answered: the others wait for the budget", i, 2*uploadBudget)
+		}
+	}
+	release()
+	for range 2 * uploadBudget {
+		if code := <-codes; code != 200 {
+			t.Errorf("an upload answered %d", code)
+		}
+	}
+}

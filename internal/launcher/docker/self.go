@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"regexp"
 	"slices"
@@ -70,7 +71,9 @@ func (l *Launcher) address(ctx context.Context) (Address, error) {
 		if err != nil {
 			return "", fmt.Errorf("resolving the Docker engine's host %q (DOCKER_HOST): %w", pub.host, err)
 		}
-		l.opts.Published.AddHosts(ips...)
+		// A loopback engine's ports are refused one by one (loopbackPorts):
+		// the rest of loopback is the sandboxes' to reach.
+		l.opts.Published.AddHosts(slices.DeleteFunc(ips, netip.Addr.IsLoopback)...)
 		from = localAddrToward(pub.host)
 	}
 	l.mu.Lock()
