@@ -30,7 +30,8 @@ import (
 const maxUploadEntries = 64
 
 // uploadBudget is how many -max-upload-size uploads the hub holds in memory
-// at once, from their first byte until their driver has the last: each
+// at once, from their first byte until the request to their driver is
+// written whole (a WebKit one until the hub has unpacked it): each
 // costs its body and, while checked, its decoded zip. Those over the budget
 // wait their turn, for uploadWait at most.
 const uploadBudget = 4
