@@ -278,7 +278,8 @@ func (c *waitingClient) finish(t *testing.T) string {
 
 // servePageIn serves the test page (and its download) on 127.0.0.1:port inside
 // a browser container's own network namespace: a stub container joined to it,
-// so no traffic leaves loopback. It is removed with the test.
+// so no traffic leaves loopback. It returns once the page is served, and the
+// container is removed with the test.
 func servePageIn(t *testing.T, browser string, port int) {
 	t.Helper()
 	out, err := exec.Command("docker", "run", "-d", "--rm", "--network", "container:"+browser, stubTag, "-port", strconv.Itoa(port), "-serve-page").CombinedOutput()
@@ -287,6 +288,23 @@ func servePageIn(t *testing.T, browser string, port int) {
 	}
 	id := strings.TrimSpace(string(out))
 	t.Cleanup(func() { exec.Command("docker", "rm", "-f", id).Run() })
+	// Started is not listening: the browser asked for the page at once was
+	// refused (net::ERR_CONNECTION_REFUSED). The stub says when it listens.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a bound for a hang
+	defer cancel()
+	logs := exec.CommandContext(ctx, "docker", "logs", "-f", id)
+	stdout, _ := logs.StdoutPipe()
+	if err := logs.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer logs.Wait()
+	defer cancel()
+	for sc := bufio.NewScanner(stdout); sc.Scan(); {
+		if strings.Contains(sc.Text(), "listening on") {
+			return
+		}
+	}
+	t.Fatalf("the page container %s never listened on port %d", id, port)
 }
 
 // instanceFor names a Docker test's hub instance: the test's name, and the
