@@ -93,7 +93,7 @@ func TestBodyReadTimeout(t *testing.T) {
 func TestBodyTimeoutRestarted(t *testing.T) {
 	restarted := make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(1500 * time.Millisecond) // the wait: longer than the timeout
+		time.Sleep(3500 * time.Millisecond) // the wait: longer than the timeout
 		r.Body.(interface{ RestartTimeout() }).RestartTimeout()
 		close(restarted)
 		if _, err := io.ReadAll(r.Body); err != nil {
@@ -102,7 +102,9 @@ func TestBodyTimeoutRestarted(t *testing.T) {
 		}
 		fmt.Fprint(w, "ok")
 	})
-	_, addr := serve(t, Options{BodyTimeout: time.Second}, h)
+	// 3 s: the two bytes sent after the restart have that long to arrive,
+	// which no load eats.
+	_, addr := serve(t, Options{BodyTimeout: 3 * time.Second}, h)
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)

@@ -167,7 +167,6 @@ func New(opts Options, engine Engine, logger *slog.Logger, reg prometheus.Regist
 		recorders: map[string]*instance{},
 		creating:  map[string]bool{},
 		networks:  map[string]bool{},
-		pub:       localEngine,
 	}
 	if d, ok := engine.(interface{ DaemonHost() string }); ok {
 		l.pub = publishedOn(d.DaemonHost())
