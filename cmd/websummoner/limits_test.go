@@ -295,3 +295,91 @@ func TestGOMAXPROCS(t *testing.T) {
 		}
 	}
 }
+
+// Parallel jobs on a hub that has just started, each refusing to queue
+// (-disable-queue, or ggr's X-Selenoid-No-Wait): as many as -limit all get a
+// session, as under Selenoid, although the start gate paces the first
+// starts; the next one is refused for every slot being busy. The stub takes
+// 2 s to listen, so the starts overlap.
+func TestParallelJobsThatMayNotWait(t *testing.T) {
+	hub, stub, _ := binaries(t)
+	conf := filepath.Join(t.TempDir(), "browsers.json")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, `{"stub": {"default": "1", "versions": {"1": {"image": [%q, "-listen-delay", "2s"]}}}}`, stub), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name   string
+		flags  []string
+		header string
+		status int
+	}{
+		{"disable-queue", []string{"-disable-queue"}, "", http.StatusInternalServerError},
+		{"no-wait", nil, "X-Selenoid-No-Wait", http.StatusTooManyRequests},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h, err := startBinary(t, hub, append([]string{"-disable-docker", "-conf", conf, "-listen", "127.0.0.1:0", "-limit", "5",
+				"-instance", fmt.Sprintf("parallel-%d", os.Getpid())}, c.flags...)...)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, h.log)
+			}
+			base := "http://" + h.addr
+			client := &http.Client{Timeout: 2 * time.Minute}
+			create := func() (int, string) {
+				req, _ := http.NewRequest("POST", base+"/session", strings.NewReader(`{"capabilities":{"alwaysMatch":{"browserName":"stub"}}}`))
+				if c.header != "" {
+					req.Header.Set(c.header, "")
+				}
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Error(err)
+					return 0, ""
+				}
+				var body struct {
+					Value struct {
+						SessionID string `json:"sessionId"`
+						Message   string `json:"message"`
+					} `json:"value"`
+				}
+				decodeJSON(t, resp, &body)
+				if resp.StatusCode != 200 {
+					return resp.StatusCode, body.Value.Message
+				}
+				return resp.StatusCode, body.Value.SessionID
+			}
+			type result struct {
+				code int
+				s    string
+			}
+			results := make(chan result, 5)
+			for range 5 {
+				go func() {
+					code, s := create()
+					results <- result{code, s}
+				}()
+			}
+			var ids []string
+			for range 5 {
+				r := <-results
+				if r.code != 200 {
+					t.Errorf("a parallel job: %d %s", r.code, r.s)
+					continue
+				}
+				ids = append(ids, r.s)
+			}
+			if t.Failed() {
+				t.Fatalf("hub log:\n%s", h.log)
+			}
+			if code, msg := create(); code != c.status || !strings.Contains(msg, "all 5 slots (-limit) are busy") {
+				t.Fatalf("a sixth job: %d %q, want %d for every slot busy", code, msg, c.status)
+			}
+			for _, id := range ids {
+				req, _ := http.NewRequest("DELETE", base+"/session/"+id, nil)
+				resp, err := client.Do(req)
+				if err != nil || resp.StatusCode != 200 {
+					t.Fatalf("delete %s: %v %v", id, resp, err)
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+}

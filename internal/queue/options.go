@@ -49,6 +49,11 @@ type Options struct {
 	MaxWaitingBytes int64
 	// Gate, if set, must also permit a browser start for a request to be admitted.
 	Gate Gate
+	// TurnTimeout bounds how long a request that may not wait for a slot
+	// (no-wait, or under Disabled) waits for its start's turn with the Gate,
+	// or for a slot being torn down, when a slot is there for it: as long as
+	// a browser may take to start or stop. Zero: its state's budget alone.
+	TurnTimeout time.Duration
 	// Quotas share the slots between tenants (-quotas; SetQuotas replaces
 	// them). Nil: every tenant has weight 1 and no bound.
 	Quotas *Quotas

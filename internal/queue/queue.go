@@ -147,6 +147,12 @@ type Outcome struct {
 	// held is what the waiters held when a ReasonFull refusal was for
 	// -queue-max-bytes (0: it was for -queue-max).
 	held, bytes int64
+	// For a request that may not wait (ReasonNoWait, ReasonDisabled): the
+	// slots free or being torn down and the requests already waiting for them
+	// when it arrived, its tenant's maxSessions if that refused it, and turn
+	// if it had a slot and waited for its start's turn.
+	free, ahead, maxSessions int
+	turn                     bool
 }
 
 // Message explains a refusal to the client: which budget ran out, how long the
@@ -154,9 +160,9 @@ type Outcome struct {
 func (o Outcome) Message() string {
 	switch o.Reason {
 	case ReasonNoWait:
-		return fmt.Sprintf("all %d slots (-limit) are busy and the request asked not to wait (X-WebSummoner-No-Wait or X-Selenoid-No-Wait header); retry later or drop the header to queue", o.limit)
+		return o.whyNoSlot() + " and the request asked not to wait (X-WebSummoner-No-Wait or X-Selenoid-No-Wait header); retry later or drop the header to queue"
 	case ReasonDisabled:
-		return fmt.Sprintf("all %d slots (-limit) are busy and queueing is off (-disable-queue); retry later, raise -limit, or remove -disable-queue to let requests wait", o.limit)
+		return o.whyNoSlot() + " and queueing is off (-disable-queue); retry later, raise -limit, or remove -disable-queue to let requests wait"
 	case ReasonTimeout:
 		return fmt.Sprintf("queue timeout: waited %v for one of %d slots while the grid was keeping up; the keeping-up budget of %v (-queue-timeout) ran out; consider raising -limit, or -queue-timeout to wait longer",
 			o.Waited.Round(time.Millisecond), o.limit, o.Budget)
@@ -176,6 +182,19 @@ func (o Outcome) Message() string {
 		return fmt.Sprintf("quota: %d requests of %q already wait, its maxQueued (-quotas); retry later, or ask the grid's operator for a larger quota", o.quota, o.tenant)
 	}
 	return "admitted"
+}
+
+// whyNoSlot says why a request that may not wait got no slot.
+func (o Outcome) whyNoSlot() string {
+	switch {
+	case o.turn:
+		return fmt.Sprintf("a slot was free, but its browser's start did not get its turn within %v: the start gate paces starts to what the host takes now, and a slot being torn down is free only once its browser is gone (see /status \"gate\")", o.Budget)
+	case o.maxSessions > 0:
+		return fmt.Sprintf("%q already runs its maxSessions of %d (-quotas)", o.tenant, o.maxSessions)
+	case o.free > 0:
+		return fmt.Sprintf("the %d slots of %d (-limit) free or being freed are promised to the %d requests already waiting", o.free, o.limit, o.ahead)
+	}
+	return fmt.Sprintf("all %d slots (-limit) are busy", o.limit)
 }
 
 // Slot is one of the -limit slots, held by an admitted request, with the start
@@ -212,9 +231,9 @@ func (s *Slot) Release() {
 
 // Releasing says the slot's session has ended and its browser is being torn
 // down: the slot will be released soon. Until then it still counts against
-// -limit (the browser still runs), but a request that arrives meanwhile and
-// would be refused for every slot being busy — a no-wait request, or any
-// request under -disable-queue — waits for it instead: the sequential
+// -limit (the browser still runs), but a request that may not wait for a
+// slot — a no-wait request, or any request under -disable-queue — and
+// arrives meanwhile waits for it instead of being refused: the sequential
 // pattern of a CI run (DELETE, then at once a new session) must find the
 // slot it just gave up. Only the first call counts.
 func (s *Slot) Releasing() {
@@ -397,17 +416,8 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 		return &Slot{q: q, admitted: now, cost: r.cost(), tenant: t}, Outcome{Admitted: true, Fast: true, Idle: idle, limit: q.opts.Limit, opts: &q.opts}, nil
 	}
 	out := Outcome{Idle: idle, State: q.stateAt(idle), limit: q.opts.Limit, opts: &q.opts, tenant: r.Tenant}
-	switch {
-	case (q.opts.Disabled || r.NoWait) && q.releasing > q.waiters.Len():
-		// A slot is being torn down and none of the waiters ahead will take
-		// it: this request waits for it rather than being refused, as it
-		// would have found it free a moment later.
-		out.Budget = q.opts.KeepingUpBudget
-		return q.queueLocked(ctx, r, now, out)
-	case q.opts.Disabled:
-		return nil, q.refuseLocked(r, out, ReasonDisabled), nil
-	case r.NoWait:
-		return nil, q.refuseLocked(r, out, ReasonNoWait), nil
+	if q.opts.Disabled || r.NoWait {
+		return q.mayNotWaitLocked(ctx, r, t, now, out)
 	}
 	if mq := t.quota.MaxQueued; mq > 0 && t.waiters.Len() >= mq {
 		out.quota = mq
@@ -429,6 +439,44 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 		}
 	} else {
 		out.Budget = q.opts.KeepingUpBudget
+	}
+	return q.queueLocked(ctx, r, now, out)
+}
+
+// mayNotWaitLocked answers a request that may not wait for a slot (no-wait,
+// or -disable-queue) and found none it could take at once, and unlocks. It is
+// refused if it would have to wait for another session to end: every slot is
+// busy (or promised to the requests already waiting), or its tenant runs its
+// maxSessions. A slot free for it, or being torn down, is its own: it then
+// waits only for its start's turn — the start gate paces starts to what the
+// host takes — or for the teardown, as long as a browser may take to start or
+// stop (Options.TurnTimeout) and within its state's budget. Refused for
+// every slot busy, the sequential CI pattern (DELETE, then at once a new
+// session), or parallel jobs on a hub that has just started, would fail
+// where Selenoid starts them.
+func (q *Queue) mayNotWaitLocked(ctx context.Context, r Request, t *tenant, now time.Time, out Outcome) (*Slot, Outcome, *Waiting) {
+	reason := ReasonNoWait
+	if q.opts.Disabled {
+		reason = ReasonDisabled
+	}
+	out.free = q.opts.Limit - q.inUse + q.releasing
+	out.ahead = q.waiters.Len()
+	switch {
+	case !q.mayRunLocked(t):
+		out.maxSessions = t.quota.MaxSessions
+		return nil, q.refuseLocked(r, out, reason), nil
+	case out.free <= out.ahead:
+		return nil, q.refuseLocked(r, out, reason), nil
+	}
+	out.turn = true
+	out.Budget = q.opts.KeepingUpBudget
+	if out.State == Saturated {
+		if out.Budget = q.opts.SaturatedBudget; out.Budget == 0 {
+			return nil, q.refuseLocked(r, out, reason), nil
+		}
+	}
+	if tt := q.opts.TurnTimeout; tt > 0 && (out.Budget == 0 || tt < out.Budget) {
+		out.Budget = tt
 	}
 	return q.queueLocked(ctx, r, now, out)
 }
@@ -534,7 +582,12 @@ func (q *Queue) settle(ctx context.Context, r Request, w *waiter, out Outcome) (
 		q.mu.Unlock()
 		return nil, q.cancelled(out, r)
 	}
-	if out.State == Saturated {
+	switch {
+	case out.turn && q.opts.Disabled:
+		return nil, q.refuseLocked(r, out, ReasonDisabled)
+	case out.turn:
+		return nil, q.refuseLocked(r, out, ReasonNoWait)
+	case out.State == Saturated:
 		return nil, q.refuseLocked(r, out, ReasonShed)
 	}
 	return nil, q.refuseLocked(r, out, ReasonTimeout)

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -74,4 +75,139 @@ func TestReleasingSlotIsWaitedFor(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A request that may not wait for a slot (no-wait, or -disable-queue) is
+// refused only when it would have to wait for another session to end. With a
+// slot free for it, it waits for its start's turn — a hub that has just
+// started paces its first starts — as Selenoid would have started it: five
+// parallel jobs on -limit 5 all get sessions. Its wait is bounded by
+// TurnTimeout within its state's budget, and a refusal says why, under the
+// request's own reason, never as a shed.
+func TestMayNotWaitTakesItsFreeSlot(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		disabled  bool
+		noWait    bool
+		refusedAs Reason
+	}{
+		{"no-wait", false, true, ReasonNoWait},
+		{"disable-queue", true, false, ReasonDisabled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := &fakeGate{permits: 2}
+				h := newHarness(t, Options{Limit: 5, Timeout: 5 * time.Minute, Disabled: c.disabled, Gate: g, TurnTimeout: 30 * time.Second})
+				var jobs []*pending
+				for _, id := range []string{"A", "B", "C", "D", "E"} {
+					jobs = append(jobs, h.acquire(id, c.noWait))
+				}
+				for i, p := range jobs[:2] {
+					if !p.finished() || !p.out.Admitted || p.out.Queued {
+						t.Fatalf("job %d with the gate open: %+v, want admitted at once", i, p.out)
+					}
+				}
+				for i, p := range jobs[2:] {
+					if p.finished() {
+						t.Fatalf("job %d with a free slot behind the gate: %+v, want it waiting for its turn", i+2, p.out)
+					}
+				}
+				// All five slots are taken or promised: a sixth job is refused,
+				// for every slot being busy.
+				f := h.acquire("F", c.noWait)
+				if !f.finished() || f.out.Reason != c.refusedAs || !strings.Contains(f.out.Message(), "promised to the 3 requests already waiting") {
+					t.Fatalf("a sixth job: %+v %q, want %s for the slots promised", f.out, f.out.Message(), c.refusedAs)
+				}
+				time.Sleep(3 * time.Second) // the first two browsers start
+				for _, p := range jobs[:2] {
+					p.slot.Started(StartSucceeded)
+				}
+				g.wake()
+				synctest.Wait()
+				time.Sleep(3 * time.Second)
+				jobs[2].slot.Started(StartSucceeded)
+				jobs[3].slot.Started(StartSucceeded)
+				g.wake()
+				synctest.Wait()
+				for i, p := range jobs[2:] {
+					if !p.finished() || !p.out.Admitted || p.out.Waited == 0 {
+						t.Fatalf("job %d once the gate let it start: %+v, want admitted after its turn", i+2, p.out)
+					}
+				}
+				if got := h.metric("websummoner_queue_rejected_total", "reason", string(c.refusedAs)); got != 1 {
+					t.Fatalf("%s refusals counted: %v, want 1 (the sixth job)", c.refusedAs, got)
+				}
+				g2 := h.acquire("G", c.noWait)
+				if !g2.finished() || g2.out.Reason != c.refusedAs || !strings.Contains(g2.out.Message(), "all 5 slots (-limit) are busy") {
+					t.Fatalf("with every slot held: %+v %q", g2.out, g2.out.Message())
+				}
+
+				// A turn that does not come: the start gate holds every start
+				// (the engine is down) while a slot is free. The request is
+				// refused after TurnTimeout, under its own reason.
+				jobs[0].slot.Release()
+				synctest.Wait()
+				g.mu.Lock()
+				g.permits = 0
+				g.mu.Unlock()
+				before := h.metric("websummoner_queue_rejected_total", "reason", "shed") + h.metric("websummoner_queue_rejected_total", "reason", "timeout")
+				start := time.Now()
+				x := h.acquire("X", c.noWait)
+				time.Sleep(30*time.Second - time.Nanosecond)
+				synctest.Wait()
+				if x.finished() {
+					t.Fatalf("refused before TurnTimeout: %+v", x.out)
+				}
+				time.Sleep(time.Nanosecond)
+				synctest.Wait()
+				if !x.finished() || x.out.Reason != c.refusedAs || time.Since(start) != 30*time.Second || !strings.Contains(x.out.Message(), "did not get its turn within 30s") {
+					t.Fatalf("a turn that never came: %+v %q after %v", x.out, x.out.Message(), time.Since(start))
+				}
+				if after := h.metric("websummoner_queue_rejected_total", "reason", "shed") + h.metric("websummoner_queue_rejected_total", "reason", "timeout"); after != before {
+					t.Fatal("a turn that never came was counted as a shed or a timeout")
+				}
+				if st := h.q.Stats(); st.InUse != 4 || st.Waiting != 0 {
+					t.Fatalf("after the refusal: %+v, want the 4 sessions and no waiter", st)
+				}
+				for _, p := range jobs[1:] {
+					p.slot.Release()
+				}
+			})
+		})
+	}
+}
+
+// Saturated, a request that may not wait gets the saturated budget for its
+// turn (TurnTimeout being longer); with -queue-congestion-timeout 0 it is
+// refused at once. A tenant at its maxSessions is refused, and told so.
+func TestMayNotWaitBudgets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &fakeGate{permits: 0}
+		h := newHarness(t, Options{Limit: 2, Timeout: time.Minute, Gate: g, TurnTimeout: time.Hour})
+		time.Sleep(2 * time.Minute) // nothing admitted: saturated
+		x := h.acquire("X", true)
+		time.Sleep(6 * time.Second)
+		synctest.Wait()
+		if !x.finished() || x.out.Reason != ReasonNoWait || x.out.Waited != 6*time.Second || x.out.State != Saturated {
+			t.Fatalf("saturated: %+v, want no_wait after the saturated budget of 6s", x.out)
+		}
+
+		h0 := newHarness(t, Options{Limit: 2, Timeout: time.Minute, CongestionTimeout: 0, CongestionTimeoutSet: true, Gate: &fakeGate{}, TurnTimeout: time.Hour})
+		time.Sleep(2 * time.Minute)
+		if y := h0.acquire("Y", true); !y.finished() || y.out.Reason != ReasonNoWait || y.out.Queued {
+			t.Fatalf("saturated with a saturated budget of 0: %+v, want refused at once", y.out)
+		}
+
+		quotas, err := ParseQuotas([]byte(`{"alice": {"maxSessions": 1}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hq := newHarness(t, Options{Limit: 3, Quotas: quotas})
+		a := hq.acquireReq(Request{ID: "A", Tenant: "alice"})
+		b := hq.acquireReq(Request{ID: "B", Tenant: "alice", NoWait: true})
+		if !b.finished() || b.out.Reason != ReasonNoWait || !strings.Contains(b.out.Message(), `"alice" already runs its maxSessions of 1`) {
+			t.Fatalf("a tenant at maxSessions: %+v %q", b.out, b.out.Message())
+		}
+		a.slot.Release()
+	})
 }
