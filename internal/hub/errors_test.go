@@ -91,9 +91,13 @@ func createErrorCases() []createErrorCase {
 				f.hub.launchers.Process = checkLauncher{f.l, &launcher.StartError{Phase: launcher.PhaseImage, Browser: "chrome 128.0", Msg: "image \"x\" is not on the Docker engine (injected)"}}
 			},
 			status: 500, code: "session not created", msg: "not on the Docker engine", tag: "SESSION_FAILED"},
-		{name: "no-wait header, every slot busy", phase: phaseAdmit, queue: queue.Options{Limit: 1, Timeout: time.Minute}, prep: holdSlot,
+		{name: "no-wait header, every slot busy (or promised to waiters, or the tenant at `maxSessions`)", phase: phaseAdmit, queue: queue.Options{Limit: 1, Timeout: time.Minute}, prep: holdSlot,
 			body: chrome, header: []string{"X-Selenoid-No-Wait", ""},
 			status: 429, code: "session not created", msg: "asked not to wait", retry: true, tag: "QUEUE_NO_WAIT"},
+		{name: "no-wait header, a slot free, its start's turn did not come in time ([queue.md](queue.md#every-outcome))", phase: phaseAdmit,
+			queue: queue.Options{Limit: 1, Timeout: time.Minute, Gate: closedGate{}, TurnTimeout: 30 * time.Second},
+			body:  chrome, header: []string{"X-Selenoid-No-Wait", ""},
+			status: 429, code: "session not created", msg: "did not get its turn within 30s", retry: true, tag: "QUEUE_NO_WAIT"},
 		{name: "keeping-up budget ran out", phase: phaseAdmit, queue: queue.Options{Limit: 1, Timeout: time.Minute}, prep: holdSlot, body: chrome,
 			status: 429, code: "session not created", msg: "-queue-timeout", retry: true, tag: "QUEUE_TIMEOUT"},
 		{name: "saturated budget ran out", phase: phaseAdmit, queue: queue.Options{Limit: 1, Timeout: time.Minute},
@@ -127,6 +131,9 @@ func createErrorCases() []createErrorCase {
 			status: 429, code: "session not created", msg: "maxQueued", retry: true, tag: "QUEUE_QUOTA"},
 		{name: "-disable-queue, every slot busy", phase: phaseAdmit, queue: queue.Options{Limit: 1, Disabled: true}, prep: holdSlot, body: chrome,
 			status: 500, code: "session not created", msg: "-disable-queue", tag: "QUEUE_DISABLED"},
+		{name: "-disable-queue, a slot free, its start's turn did not come in time", phase: phaseAdmit,
+			queue: queue.Options{Limit: 1, Disabled: true, Gate: closedGate{}, TurnTimeout: 30 * time.Second}, body: chrome,
+			status: 500, code: "session not created", msg: "did not get its turn within 30s", tag: "QUEUE_DISABLED"},
 		{name: "the hub is draining", phase: phaseAdmit, prep: func(t *testing.T, f *fixture) { f.hub.queue.Close() }, body: chrome,
 			status: 503, code: "session not created", msg: "shutting down", retry: true, tag: "QUEUE_CLOSED"},
 		{name: "the browser failed to start", phase: phaseStart, body: chrome,
@@ -303,3 +310,12 @@ func TestDriverRefusalsThatAreNoErrorStatus(t *testing.T) {
 		})
 	}
 }
+
+// closedGate is a start gate that permits no start, as the adaptive gate
+// while the Docker engine does not answer.
+type closedGate struct{}
+
+func (closedGate) TryStart(int) bool                                  { return false }
+func (closedGate) CanStart(int) bool                                  { return false }
+func (closedGate) Notify(func())                                      {}
+func (closedGate) FinishStart(int, queue.StartOutcome, time.Duration) {}

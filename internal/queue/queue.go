@@ -164,10 +164,10 @@ func (o Outcome) Message() string {
 	case ReasonDisabled:
 		return o.whyNoSlot() + " and queueing is off (-disable-queue); retry later, raise -limit, or remove -disable-queue to let requests wait"
 	case ReasonTimeout:
-		return fmt.Sprintf("queue timeout: waited %v for one of %d slots while the grid was keeping up; the keeping-up budget of %v (-queue-timeout) ran out; consider raising -limit, or -queue-timeout to wait longer",
+		return fmt.Sprintf("queue timeout: waited %v for one of %d slots, queued while the grid was keeping up; the keeping-up budget of %v (-queue-timeout) ran out; consider raising -limit, or -queue-timeout to wait longer",
 			o.Waited.Round(time.Millisecond), o.limit, o.Budget)
 	case ReasonShed:
-		return fmt.Sprintf("grid saturated: no session was admitted within %v of queueing for %v (more than -queue-timeout %v), so this request got the saturated budget of %v (-queue-congestion-timeout) and waited %v; the grid needs capacity (free or add slots, fix browsers that hang), not patience",
+		return fmt.Sprintf("grid saturated: when this request arrived, no request had been admitted within %v of queueing for %v (more than -queue-timeout %v), so it got the saturated budget of %v (-queue-congestion-timeout) and waited %v; the grid needs capacity (free or add slots, fix browsers that hang), not patience",
 			o.opts.FastThreshold, o.Idle.Round(time.Second), o.opts.Timeout, o.Budget, o.Waited.Round(time.Millisecond))
 	case ReasonCancelled:
 		return "the client went away while waiting for a slot"
