@@ -249,9 +249,11 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	c.gate.Limit = c.queue.Limit
 	c.hub.SessionDeleteTimeout = c.launch.StopTimeout
 	// A request that may not wait for a slot but has one waits for its
-	// start's turn, or for its slot's teardown, as long as a browser may
-	// take to start or to stop.
-	c.queue.TurnTimeout = max(cmp.Or(max(c.launch.StartupTimeout, 0), launcher.DefaultStartupTimeout), cmp.Or(max(c.launch.StopTimeout, 0), launcher.DefaultStopTimeout))
+	// start's turn, or for its slot's teardown, as long as one browser may
+	// take to start (its driver, then its first attempt at a session) or to
+	// stop.
+	startup := cmp.Or(max(c.launch.StartupTimeout, 0), launcher.DefaultStartupTimeout) + cmp.Or(max(c.hub.SessionAttemptTimeout, 0), hub.DefaultSessionAttemptTimeout)
+	c.queue.TurnTimeout = max(startup, cmp.Or(max(c.launch.StopTimeout, 0), launcher.DefaultStopTimeout))
 	c.launch.LogDir = c.logOutputDir
 	c.process.Options, c.docker.Options, c.kube.Options = c.launch, c.launch, c.launch
 	c.kube.Mem, c.kube.CPU, c.kube.SweepInterval = c.docker.Mem, c.docker.CPU, c.docker.SweepInterval
