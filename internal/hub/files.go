@@ -365,6 +365,11 @@ func withChromium(body []byte, edit func(opts map[string]any)) []byte {
 	caps, _ := req["capabilities"].(map[string]any)
 	always, _ := caps["alwaysMatch"].(map[string]any)
 	if always == nil {
+		// A JSONWire client's body (webdriver.DriverBody): its chromeOptions
+		// are already named goog:chromeOptions.
+		always, _ = req["desiredCapabilities"].(map[string]any)
+	}
+	if always == nil {
 		return body
 	}
 	name, _ := always["browserName"].(string)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/websummoner/websummoner/internal/queue"
+	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
 // DELETE /session/{id}/ ends the session in the hub too, not only in the driver.
@@ -180,5 +181,19 @@ func TestWithDownloadDir(t *testing.T) {
 	ff := withDownloadDir([]byte(`{"capabilities":{"alwaysMatch":{"browserName":"firefox"},"firstMatch":[{}]}}`), "/tmp/s1")
 	if strings.Contains(string(ff), "chromeOptions") {
 		t.Fatalf("firefox got Chromium prefs: %s", ff)
+	}
+	// A JSONWire client's body (webdriver.DriverBody) too: before, its prefs
+	// chose where a page's downloads were written on the host.
+	var legacy struct {
+		Desired struct {
+			Chrome map[string]any `json:"goog:chromeOptions"`
+		} `json:"desiredCapabilities"`
+	}
+	jw := webdriver.DriverBody(map[string]any{"browserName": "chrome", "chromeOptions": map[string]any{"prefs": map[string]any{"download.default_directory": "/etc/cron.d"}}}, false, nil)
+	if err := json.Unmarshal(withDownloadDir(jw, "/tmp/s1"), &legacy); err != nil {
+		t.Fatal(err)
+	}
+	if prefs, _ := legacy.Desired.Chrome["prefs"].(map[string]any); prefs["download.default_directory"] != "/tmp/s1" || prefs["savefile.default_directory"] != "/tmp/s1" {
+		t.Fatalf("JSONWire prefs %v", legacy.Desired.Chrome)
 	}
 }

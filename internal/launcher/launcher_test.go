@@ -84,6 +84,24 @@ func TestCheckClient(t *testing.T) {
 		{"command prefix", webdriver.Options{}, chrome("args", []any{"--renderer-cmd-prefix=/tmp/evil"}), `--renderer-cmd-prefix`, ""},
 		{"another profile", webdriver.Options{}, chrome("args", []any{"--user-data-dir=/tmp/other"}), `--user-data-dir`, ""},
 		{"another browser", webdriver.Options{}, chrome("debuggerAddress", "127.0.0.1:9222"), `debuggerAddress`, ""},
+		// A JSONWire client's chromeOptions reach chromedriver as goog:chromeOptions.
+		{"JSONWire binary", webdriver.Options{}, map[string]any{"chromeOptions": map[string]any{"binary": "/tmp/evil"}}, `"chromeOptions".binary chooses what runs`, ""},
+		{"JSONWire profile", webdriver.Options{}, map[string]any{"chromeOptions": map[string]any{"args": []any{"--user-data-dir=/tmp/other"}}}, `--user-data-dir`, ""},
+		{"JSONWire another browser", webdriver.Options{}, map[string]any{"chromeOptions": map[string]any{"debuggerAddress": "127.0.0.1:1"}}, `debuggerAddress`, ""},
+		{"Selenium 2 binary", webdriver.Options{}, map[string]any{"firefox_binary": "/tmp/evil"}, `"firefox_binary" chooses what runs`, ""},
+		// Arguments that name host files: written (a log over a cron file),
+		// read (an extension, a page), wherever in the value.
+		{"log over a host file", webdriver.Options{}, chrome("args", []any{"--enable-logging", "--log-file=/etc/cron.d/x"}), `--log-file=/etc/cron.d/x`, ""},
+		{"a host extension", webdriver.Options{}, chrome("args", []any{"--load-extension=ext,/home/u/ext"}), `--load-extension`, ""},
+		{"V8's log", webdriver.Options{}, chrome("args", []any{"--js-flags=--logfile=/tmp/x --log"}), `--js-flags`, ""},
+		{"a host page", webdriver.Options{}, chrome("args", []any{"/etc/passwd"}), `"/etc/passwd"`, ""},
+		{"a file URL", webdriver.Options{}, chrome("args", []any{"--proxy-pac-url=FILE:///etc/x.pac"}), `--proxy-pac-url`, ""},
+		{"a way up", webdriver.Options{}, chrome("args", []any{"--disk-cache-dir=../../x"}), `--disk-cache-dir`, ""},
+		{"Chromium expands no ~", webdriver.Options{}, chrome("args", []any{"--crash-dumps-dir=~/x"}), "", ""},
+		{"a relative log is the session's", webdriver.Options{}, chrome("args", []any{"--log-file=chrome.log"}), "", ""},
+		{"what users pass", webdriver.Options{}, chrome("args", []any{"--user-agent=Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36", "--lang=de-DE",
+			"--proxy-server=http://127.0.0.1:3128", "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE localhost", "--window-size=1280,800", "--headless=new",
+			"--unsafely-treat-insecure-origin-as-secure=http://app.test:8080", "--disable-features=Translate,OptimizationHints"}), "", ""},
 	} {
 		for _, where := range []struct {
 			b    config.Resolved

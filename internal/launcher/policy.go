@@ -68,6 +68,30 @@ func clientEnvAllowed(b config.Resolved, name string) bool {
 var chooseWhatRuns = []string{"--renderer-cmd-prefix", "--utility-cmd-prefix", "--gpu-launcher", "--browser-subprocess-path",
 	"--plugin-launcher", "--ppapi-plugin-launcher", "--nacl-gdb", "--gpu-startup-dialog", "--user-data-dir", "--remote-debugging-pipe"}
 
+// namesHostPath reports whether a browser argument names a place of the
+// host's file system — an absolute path, a file: URL, a way up (..)
+// — as its value or in any part of it (--log-file=/etc/cron.d/x,
+// --load-extension=a,/b, --js-flags=--logfile=/x), or as itself (a bare
+// path, which Chromium opens as a page). A relative name is the session's
+// own: the driver runs in the session's directory.
+func namesHostPath(arg string) bool {
+	v := arg
+	if strings.HasPrefix(arg, "-") {
+		var ok bool
+		if _, v, ok = strings.Cut(arg, "="); !ok {
+			return false
+		}
+	}
+	for _, part := range strings.FieldsFunc(v, func(r rune) bool { return strings.ContainsRune(",;= \t\"'", r) }) {
+		p := strings.ToLower(part)
+		if strings.HasPrefix(p, "/") || strings.HasPrefix(p, "\\") || strings.HasPrefix(p, "file:") ||
+			p == ".." || strings.HasPrefix(p, "../") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..") {
+			return true
+		}
+	}
+	return false
+}
+
 // CheckClient refuses, before the request queues, what a client may not
 // choose: for a local driver, an env variable outside the allow-list, or —
 // unless the operator set "allowClientBinary" — a capability that picks the
@@ -107,7 +131,7 @@ func CheckClient(b config.Resolved, o webdriver.Options, caps map[string]any) er
 		return nil
 	}
 	if what := choosesWhatRuns(caps); what != "" {
-		return &webdriver.ArgumentError{Msg: fmt.Sprintf("%s chooses what runs on the hub's host; %s allows it only with \"allowClientBinary\": true in browsers.json (docs/security.md)", what, b)}
+		return &webdriver.ArgumentError{Msg: fmt.Sprintf("%s chooses what runs on the hub's host, or a file of it; %s allows it only with \"allowClientBinary\": true in browsers.json (docs/security.md)", what, b)}
 	}
 	return nil
 }
@@ -120,11 +144,16 @@ func operatorEnv(b config.Resolved) string {
 }
 
 // choosesWhatRuns names the first capability of caps that picks a program or
-// another browser's state, or returns "".
+// another browser's state, or returns "". Every options block counts, with a
+// vendor prefix or without: a JSONWire client's chromeOptions reaches
+// chromedriver as goog:chromeOptions.
 func choosesWhatRuns(caps map[string]any) string {
 	for key, v := range caps {
+		if k := strings.ToLower(key); k == "binary" || strings.HasSuffix(k, "_binary") || strings.HasSuffix(k, ".binary") {
+			return fmt.Sprintf("%q", key)
+		}
 		opts, ok := v.(map[string]any)
-		if !ok || !strings.Contains(key, ":") || !strings.HasSuffix(strings.ToLower(key), "options") {
+		if !ok || !strings.HasSuffix(strings.ToLower(key), "options") {
 			continue
 		}
 		for _, k := range []string{"binary", "debuggerAddress", "androidPackage", "androidDeviceSerial"} {
@@ -136,7 +165,7 @@ func choosesWhatRuns(caps map[string]any) string {
 		for _, a := range args {
 			s, _ := a.(string)
 			name, _, _ := strings.Cut(strings.TrimLeft(s, "-"), "=")
-			if slices.Contains(chooseWhatRuns, "--"+strings.ToLower(name)) || strings.EqualFold(name, "profile") {
+			if slices.Contains(chooseWhatRuns, "--"+strings.ToLower(name)) || strings.EqualFold(name, "profile") || namesHostPath(s) {
 				return fmt.Sprintf("%q.args %q", key, s)
 			}
 		}

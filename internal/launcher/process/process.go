@@ -290,6 +290,10 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 		argv: append(append([]string(nil), argv...), "--port="+strconv.Itoa(port)),
 		// The session's environment over the hub's own; exec keeps the last of a name.
 		env: append(append(append(os.Environ(), sessionEnv...), launcher.Env(r)...), MarkerEnv+"="+inst.marker),
+		// A file the browser is told to write by a relative name (a
+		// client's --log-file=x) lands in the session's own directory, not
+		// in the hub's working directory.
+		dir: inst.temp,
 	}
 	if sbx != nil {
 		req.argv = append(append([]string{sbx.Bwrap}, sbx.args(downloads, path)...), append([]string{path}, req.argv[1:]...)...)

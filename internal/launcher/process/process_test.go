@@ -561,6 +561,11 @@ func TestSessionTempIsShortAndGoes(t *testing.T) {
 	if sock := filepath.Join(temp, ".org.chromium.Chromium.XXXXXX", "SingletonSocket"); len(sock) > 100 {
 		t.Errorf("a socket in the session's TMPDIR %s would be %d bytes long", temp, len(sock))
 	}
+	// The driver, and the browser it starts, run in it: a file a client
+	// names relatively (--log-file=x) is the session's, not the hub's.
+	if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", inst.(*instance).pid)); err != nil || cwd != temp {
+		t.Errorf("the driver's working directory is %q (%v), want the session's %s", cwd, err, temp)
+	}
 	if err := inst.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -49,6 +49,7 @@ type spawner struct {
 type spawnReq struct {
 	path      string
 	argv, env []string
+	dir       string              // the driver's working directory; "": the hub's
 	out       int                 // the output pipe's write end, in the hub's table
 	cred      *syscall.Credential // the user the driver runs as; nil: the hub's
 	pid       int
@@ -243,6 +244,7 @@ func spawnFrom(self, devnull int, r *spawnReq) (int, error) {
 // too), killed if its parent thread ends, its output to out.
 func forkExec(r *spawnReq, stdin, out int) (int, error) {
 	return syscall.ForkExec(r.path, r.argv, &syscall.ProcAttr{
+		Dir:   r.dir,
 		Env:   lastOfEachName(r.env),
 		Files: []uintptr{uintptr(stdin), uintptr(out), uintptr(out)},
 		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: r.cred},
