@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -27,6 +29,8 @@ func main() {
 	exitOnce := flag.String("exit-once", "", "if this file exists, remove it and exit 1 at once, as a driver that lost its port")
 	ignoreInt := flag.Bool("ignore-sigint", false, "ignore SIGINT, so only SIGKILL stops it")
 	spawn := flag.Bool("spawn-orphan", false, "start a helper in its own session (as Chromium's crash handler does)")
+	watcher := flag.Bool("spawn-watcher", false, "start a helper in its own session that exits by itself when this driver does (as Chromium's crash handler does when its browser quits)")
+	watch := flag.Bool("watch-stdin", false, "exit at the end of standard input (the helper -spawn-watcher starts)")
 	newDelay := flag.Duration("new-session-delay", 0, "delay of POST /session")
 	deleteDelay := flag.Duration("delete-delay", 0, "delay of DELETE /session/{id} (a real driver quits its browser there)")
 	failNew := flag.Bool("fail-new-session", false, "answer POST /session with 500")
@@ -72,8 +76,26 @@ func main() {
 			os.Exit(1)
 		}
 	}
+	if *watch {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}
 	if *ignoreInt {
 		signal.Ignore(syscall.SIGINT)
+	}
+	if *watcher {
+		cmd := exec.Command(os.Args[0], "-watch-stdin")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		w, err := cmd.StdinPipe()
+		if err == nil {
+			err = cmd.Start()
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "wdstub: spawn:", err)
+			os.Exit(1)
+		}
+		defer runtime.KeepAlive(w) // held open until this process exits: a collected pipe is closed
+		fmt.Printf("wdstub: watcher helper pid %d\n", cmd.Process.Pid)
 	}
 	if *spawn {
 		cmd := exec.Command(os.Args[0], "-port", "0", "-listen-delay", "1h")

@@ -188,6 +188,9 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 		return nil, &launcher.StartError{Phase: launcher.PhaseStart, Browser: name,
 			Msg: fmt.Sprintf("\"image\" %q is a Docker image, but this hub runs local drivers (-disable-docker)", r.Browser.Image.Name)}
 	}
+	// A helper of an ended session that outlived its Stop is reaped at the
+	// next start at the latest.
+	reapOrphans()
 	ctx, cancel := context.WithTimeout(ctx, l.opts.StartupTimeout)
 	defer cancel()
 	var lastErr error
@@ -551,6 +554,9 @@ func (i *instance) Stop(ctx context.Context) error {
 			errs = append(errs, errors.New("a process that left the session's marker still holds its output pipe after 5s"))
 		}
 		pipe.Stop()
+		// The session's helpers that left its process group have exited
+		// with the browser by now (the last of them held the output pipe).
+		reapOrphans()
 		i.l.freePort(i.port)
 		i.closeLog()
 		if err := i.l.releaseDownloads(i.downloads); err != nil {

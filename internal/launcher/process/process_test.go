@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/launcher/launchertest"
@@ -460,6 +462,64 @@ func TestCaptureDriverLogs(t *testing.T) {
 	got.Wait(t, "[t] [DRIVER_LOG] [wdstub: listening on 127.0.0.1:", 10*time.Second)
 	if err := inst.Stop(context.Background()); err != nil {
 		t.Fatalf("stop: %v", err)
+	}
+}
+
+// A helper that left the process group and exits by itself when its driver
+// does — Chromium's crash handler, when its browser quits — is a zombie by
+// the time Stop looks: its marker can no longer be read, so it was left, a
+// zombie of the hub for good (a hundred after sixty real sessions). Stop
+// reaps it, and so does the next Start, for one that exits later still.
+func TestStopReapsHelpersThatExitedThemselves(t *testing.T) {
+	l := newLauncher(t, Options{})
+	for _, end := range []string{"Stop", "the next Start"} {
+		inst, err := l.Start(context.Background(), req("-spawn-watcher"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		driver := pidOf(t, inst)
+		mine := func(v string) bool { return strings.HasPrefix(v, l.markerPrefix()) }
+		var helper int
+		for _, p := range MarkedPIDs(mine) {
+			if p != driver {
+				helper = p
+			}
+		}
+		if helper == 0 {
+			t.Fatal("no helper")
+		}
+		pidfd, err := unix.PidfdOpen(helper, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		syscall.Kill(driver, syscall.SIGKILL)
+		<-inst.Exited()
+		// The helper exits by itself at the end of its input: its pidfd is
+		// readable once it has.
+		if n, err := unix.Poll([]unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}, 60_000); n != 1 || err != nil {
+			t.Fatalf("the helper did not exit with its driver: %d %v", n, err)
+		}
+		unix.Close(pidfd)
+		if st, ok := statOf(helper); !ok || st.state != 'Z' {
+			t.Fatalf("the helper %d is not this process's zombie: %+v %v", helper, st, ok)
+		}
+		if end == "Stop" {
+			if err := inst.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			// Stop has run already (as for a helper that exited after it);
+			// the next Start reaps it.
+			next, err := l.Start(context.Background(), req())
+			if err != nil {
+				t.Fatal(err)
+			}
+			next.Stop(context.Background())
+			inst.Stop(context.Background())
+		}
+		if slices.Contains(childrenOf(os.Getpid()), helper) {
+			t.Fatalf("after %s: the helper %d is still this process's zombie", end, helper)
+		}
 	}
 }
 

@@ -137,3 +137,25 @@ func reapSession(driver int, marker string) int {
 		time.Sleep(2 * time.Millisecond) // the kernel tears killed processes down in moments
 	}
 }
+
+// reapOrphans reaps this process's children that have exited and that it
+// never started: helpers that left their driver's session (setsid, as
+// Chromium's crash handler does) and were reparented here, their subreaper,
+// when their parent died. Such a helper exits by itself when its browser
+// does, often after the session's reap has looked, and nothing else waits
+// for it: left, each would hold a process-table entry for the hub's life. The
+// hub starts every child of its own in its own session, so a child in
+// another session is never one a goroutine of the hub waits for.
+func reapOrphans() {
+	self := os.Getpid()
+	own, ok := statOf(self)
+	if !ok {
+		return
+	}
+	for _, c := range childrenOf(self) {
+		if st, ok := statOf(c); ok && st.state == 'Z' && st.sess != own.sess {
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(c, &ws, syscall.WNOHANG, nil)
+		}
+	}
+}
