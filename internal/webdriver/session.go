@@ -127,17 +127,34 @@ func (e *DriverError) Error() string {
 	return fmt.Sprintf("%sthe driver answered %d to the new-session call: %s", prefix, e.Status, Truncate(e.Body, 300))
 }
 
-// ClientFault reports whether the driver blamed the request (a 4xx): retrying
-// the same capabilities elsewhere won't help, and the host is not to blame.
+// ClientFault reports whether the driver blamed the request (a 4xx, or
+// capabilities that match none of its browsers): retrying the same
+// capabilities elsewhere won't help, and the host is not to blame.
 func (e *DriverError) ClientFault() bool {
+	msg := strings.ToLower(e.jsonWireMessage())
+	if noMatch(msg) {
+		return true
+	}
 	if e.JSONWireStatus != 0 {
 		// JSONWire has no client-error class: chromedriver in legacy mode
 		// answers a capability it cannot parse with 13 "unknown error", and
 		// only its message tells it from a browser that failed to start.
-		msg := strings.ToLower(e.jsonWireMessage())
 		return e.JSONWireStatus == jsonWireInvalidArgument || strings.Contains(msg, "invalid argument") || strings.Contains(msg, "cannot parse")
 	}
 	return e.Status >= 400 && e.Status < 500
+}
+
+// noMatch reports whether a driver's (lower-cased) message says that no
+// browser of its matches the capabilities. W3C answers that "session not
+// created", a 500 like a browser that failed to start, so only the words
+// tell them apart: chromedriver's and Grid's, geckodriver's, WebKitWebDriver's.
+func noMatch(msg string) bool {
+	for _, s := range []string{"no matching capabilities", "matching set of capabilities", "failed to match capabilities"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // jsonWireInvalidArgument is JSONWire's status 61, "invalid argument".

@@ -83,6 +83,21 @@ func TestDriverError(t *testing.T) {
 	if code, _, ok := refused.W3C(); !ok || code != "invalid argument" || !refused.ClientFault() {
 		t.Errorf("refusal: %q %v", code, ok)
 	}
+	// Capabilities that match no browser of the driver's are the client's,
+	// though W3C answers them 500 "session not created": a platformName of
+	// "windows" must not count as a failed start against the host.
+	for _, body := range []string{
+		`{"value":{"error":"session not created","message":"session not created: No matching capabilities found","stacktrace":""}}`,
+		`{"value":{"error":"session not created","message":"Unable to find a matching set of capabilities","stacktrace":""}}`,
+		`{"value":{"error":"session not created","message":"Failed to match capabilities","stacktrace":""}}`,
+	} {
+		if de := (&DriverError{Status: 500, Body: []byte(body)}); !de.ClientFault() {
+			t.Errorf("%s: not the client's fault", body)
+		}
+	}
+	if de := (&DriverError{Status: 200, JSONWireStatus: 33, Body: []byte(`{"status":33,"value":{"message":"session not created: No matching capabilities found"}}`)}); !de.ClientFault() {
+		t.Error("a JSONWire no-match: not the client's fault")
+	}
 	html := &DriverError{Browser: "chrome 128.0", Status: 502, Body: []byte("<html>" + strings.Repeat("x", 500) + "</html>")}
 	if _, _, ok := html.W3C(); ok {
 		t.Error("an HTML body read as W3C")
