@@ -530,13 +530,23 @@ func readOptions(src map[string]any, key string, checkKeys bool) (Options, error
 		if !ok {
 			return o, argErr("%s.env must be an array of \"NAME=value\" strings", key)
 		}
+		if len(list) > maxEnv {
+			return o, argErr("%s.env has %d entries: at most %d", key, len(list), maxEnv)
+		}
 		for _, e := range list {
 			s, ok := e.(string)
 			if !ok || !strings.Contains(s, "=") || strings.HasPrefix(s, "=") {
 				return o, argErr("%s.env entry %v must be a \"NAME=value\" string", key, e)
 			}
+			if len(s) > maxEnvEntry {
+				name, _, _ := strings.Cut(s, "=")
+				return o, argErr("%s.env entry %.64q is %d bytes: at most %d (a process's environment holds no larger variable)", key, name, len(s), maxEnvEntry)
+			}
 			o.Env = append(o.Env, s)
 		}
+	}
+	if len(o.Name) > maxOptionText {
+		return o, argErr("%s.name is %d bytes: at most %d", key, len(o.Name), maxOptionText)
 	}
 	if err := checkNetworking(key, o); err != nil {
 		return o, err
@@ -552,11 +562,17 @@ func readOptions(src map[string]any, key string, checkKeys bool) (Options, error
 		if !ok {
 			return o, argErr("%s.labels must be an object of strings", key)
 		}
+		if len(m) > maxLabels {
+			return o, argErr("%s.labels has %d entries: at most %d", key, len(m), maxLabels)
+		}
 		o.Labels = map[string]string{}
 		for k, v := range m {
 			s, ok := v.(string)
 			if !ok {
-				return o, argErr("%s.labels[%q] must be a string", key, k)
+				return o, argErr("%s.labels[%.64q] must be a string", key, k)
+			}
+			if len(k) > maxLabelKey || len(s) > maxOptionText {
+				return o, argErr("%s.labels[%.64q] is too long: a key of at most %d bytes, a value of at most %d", key, k, maxLabelKey, maxOptionText)
 			}
 			o.Labels[k] = s
 		}
@@ -662,6 +678,18 @@ func checkNetworking(key string, o Options) error {
 	}
 	return nil
 }
+
+// Bounds of the options a session keeps and /status shows to everyone who
+// asks: what a test names or labels itself with, not megabytes. An env entry
+// stays well under what one variable of a process's environment may be
+// (MAX_ARG_STRLEN, 128 KiB).
+const (
+	maxOptionText = 4096
+	maxLabels     = 100
+	maxLabelKey   = 255
+	maxEnv        = 256
+	maxEnvEntry   = 32 << 10
+)
 
 // maxFileName is the longest logName: a file name's limit on Linux file
 // systems. maxVideoName is the longest videoName: the launchers copy a video

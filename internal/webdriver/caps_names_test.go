@@ -97,3 +97,52 @@ func TestHostsEntriesAndDNSServersAreChecked(t *testing.T) {
 		t.Errorf("IP dnsServers refused: %v", err)
 	}
 }
+
+// What a session keeps of its options and /status shows to everyone is
+// bounded: a 30 MB label made each /status 30 MB (a gigabyte of the hub's
+// memory under eight callers), and a 200 KB env entry failed the driver's
+// exec (E2BIG) as a start failure. Each is refused, naming the option.
+func TestKeptOptionsAreBounded(t *testing.T) {
+	many := func(n int) map[string]any {
+		m := map[string]any{}
+		for i := range n {
+			m[strings.Repeat("k", 3)+string(rune('a'+i%26))+strings.Repeat("x", i/26)] = "v"
+		}
+		return m
+	}
+	envs := func(n int) []any {
+		out := make([]any, n)
+		for i := range out {
+			out[i] = "LC_X=1"
+		}
+		return out
+	}
+	for name, c := range map[string]struct {
+		opts map[string]any
+		want string
+	}{
+		"a huge label":     {map[string]any{"labels": map[string]any{"big": strings.Repeat("x", 4097)}}, `labels["big"] is too long`},
+		"a huge label key": {map[string]any{"labels": map[string]any{strings.Repeat("k", 256): "v"}}, "labels["},
+		"too many labels":  {map[string]any{"labels": many(101)}, "labels has 101 entries"},
+		"a huge name":      {map[string]any{"name": strings.Repeat("n", 4097)}, "name is 4097 bytes"},
+		"a huge env entry": {map[string]any{"env": []any{"LC_ALL=" + strings.Repeat("x", 200_000)}}, `env entry "LC_ALL" is 200007 bytes`},
+		"too many env":     {map[string]any{"env": envs(257)}, "env has 257 entries"},
+	} {
+		err := parseOpts(t, SelenoidOptionsKey, c.opts)
+		var ae *ArgumentError
+		if !errors.As(err, &ae) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an ArgumentError saying %q", name, err, c.want)
+		}
+	}
+	for name, opts := range map[string]map[string]any{
+		"labels at the bound": {"labels": map[string]any{strings.Repeat("k", 255): strings.Repeat("v", 4096)}},
+		"100 labels":          {"labels": many(100)},
+		"a long test name":    {"name": strings.Repeat("n", 4096)},
+		"256 env entries":     {"env": envs(256)},
+		"a 32 KiB env entry":  {"env": []any{"LC_ALL=" + strings.Repeat("x", 32<<10-len("LC_ALL="))}},
+	} {
+		if err := parseOpts(t, SelenoidOptionsKey, opts); err != nil {
+			t.Errorf("%s refused: %v", name, err)
+		}
+	}
+}
