@@ -182,8 +182,12 @@ func (h *Hub) devtoolsJSON(w http.ResponseWriter, r *http.Request, s *session.Se
 	for _, from := range []string{"ws://" + dt.Host + "/devtools/browser/", "ws://localhost:" + dt.Port() + "/devtools/browser/", "ws://127.0.0.1:" + dt.Port() + "/devtools/browser/"} {
 		text = replaceSocket(text, from, base+"/browser", true)
 	}
-	for _, from := range []string{"ws://" + dt.Host + "/devtools/page/", "ws://localhost:" + dt.Port() + "/devtools/page/", "ws://127.0.0.1:" + dt.Port() + "/devtools/page/"} {
-		text = replaceSocket(text, from, base+"/page/", false)
+	// The frontend's link names the page's socket as a parameter, ws=HOST/…
+	// (wss= behind TLS), without the scheme.
+	param := strings.Replace(base, "://", "=", 1)
+	for _, host := range []string{dt.Host, "localhost:" + dt.Port(), "127.0.0.1:" + dt.Port()} {
+		text = replaceSocket(text, "ws://"+host+"/devtools/page/", base+"/page/", false)
+		text = replaceSocket(text, "ws="+host+"/devtools/page/", param+"/page/", false)
 	}
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	_, _ = io.WriteString(w, text)

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -27,7 +28,8 @@ func fakeDevTools(t *testing.T) *httptest.Server {
 		fmt.Fprintf(w, `{"Browser":"Chrome/128.0","webSocketDebuggerUrl":"ws://%s/devtools/browser/b-1"}`, strings.TrimPrefix(srv.URL, "http://"))
 	})
 	mux.HandleFunc("/json/list", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, `[{"id":"p-1","type":"page","webSocketDebuggerUrl":"ws://%s/devtools/page/p-1"}]`, strings.TrimPrefix(srv.URL, "http://"))
+		host := strings.TrimPrefix(srv.URL, "http://")
+		fmt.Fprintf(w, `[{"id":"p-1","type":"page","devtoolsFrontendUrl":"https://chrome-devtools-frontend.appspot.com/serve_rev/@abc/inspector.html?ws=%s/devtools/page/p-1","webSocketDebuggerUrl":"ws://%s/devtools/page/p-1"}]`, host, host)
 	})
 	mux.HandleFunc("/json/protocol", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprint(w, devToolsProtocol)
@@ -87,6 +89,19 @@ func TestDevToolsThroughHub(t *testing.T) {
 		if list["webSocketDebuggerUrl"] != "ws://"+host+"/devtools/"+id+"/browser" {
 			t.Fatalf("%s points past the hub: %v", p, list)
 		}
+	}
+	// Every URL of /json/list points at the hub, the DevTools frontend's
+	// too: none names the browser's own port.
+	resp, err = http.Get(f.srv.URL + "/devtools/" + id + "/json/list")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var targets []map[string]string
+	json.NewDecoder(resp.Body).Decode(&targets)
+	resp.Body.Close()
+	if len(targets) != 1 || targets[0]["webSocketDebuggerUrl"] != "ws://"+host+"/devtools/"+id+"/page/p-1" ||
+		!strings.HasSuffix(targets[0]["devtoolsFrontendUrl"], "?ws="+host+"/devtools/"+id+"/page/p-1") {
+		t.Fatalf("/json/list points past the hub: %v", targets)
 	}
 	// A target id is one segment: none that JoinPath would clean into
 	// another DevTools path.
