@@ -293,13 +293,21 @@ func (h *Hub) clipboard(w http.ResponseWriter, r *http.Request) {
 }
 
 // withDownloadDir points the browser's downloads at dir, over whatever the
-// client asked: a session's downloads go to its own directory only.
+// client asked: a session's downloads go to its own directory only
+// (launcher.PinnedPrefs names the preferences).
 func withDownloadDir(body []byte, dir string) []byte {
 	prefs := map[string]any{"download.default_directory": dir, "download.prompt_for_download": false, "savefile.default_directory": dir}
-	return withChromium(body, func(opts map[string]any) {
+	body = withChromium(body, func(opts map[string]any) {
 		opts["prefs"] = webdriver.Merge(asMap(opts["prefs"]), prefs)
 	})
+	firefox := map[string]any{"browser.download.dir": dir, "browser.download.folderList": 2, "browser.download.useDownloadDir": true}
+	return withBrowser(body, firefoxOptions, []string{"firefox"}, func(opts map[string]any) {
+		opts["prefs"] = webdriver.Merge(asMap(opts["prefs"]), firefox)
+	})
 }
+
+// firefoxOptions are geckodriver's capabilities.
+const firefoxOptions = "moz:firefoxOptions"
 
 // withScreen sizes a Chromium-based browser's window and screen as the session's
 // screenResolution says: --window-size for a browser on a display, and
@@ -358,6 +366,14 @@ func (h *Hub) sizeWindow(c *creation, inst launcher.Instance, ds webdriver.Drive
 // withChromium edits the options of a Chromium-based browser (Chrome, Chromium,
 // Edge) in a new-session body; another browser's body is returned as it is.
 func withChromium(body []byte, edit func(opts map[string]any)) []byte {
+	body = withBrowser(body, "goog:chromeOptions", []string{"chrome", "chromium", ""}, edit)
+	return withBrowser(body, "ms:edgeOptions", []string{"MicrosoftEdge", "msedge"}, edit)
+}
+
+// withBrowser edits a new-session body's options block key, when the body
+// has one or its browserName is one of names; another body is returned as it
+// is.
+func withBrowser(body []byte, key string, names []string, edit func(opts map[string]any)) []byte {
 	var req map[string]any
 	if json.Unmarshal(body, &req) != nil {
 		return body
@@ -373,18 +389,15 @@ func withChromium(body []byte, edit func(opts map[string]any)) []byte {
 		return body
 	}
 	name, _ := always["browserName"].(string)
-	for key, names := range map[string][]string{"goog:chromeOptions": {"chrome", "chromium", ""}, "ms:edgeOptions": {"MicrosoftEdge", "msedge"}} {
-		_, asked := always[key]
-		if !asked && !slices.Contains(names, name) {
-			continue // another browser: its driver takes no Chromium options
-		}
-		opts, _ := always[key].(map[string]any)
-		if opts == nil {
-			opts = map[string]any{}
-		}
-		edit(opts)
-		always[key] = opts
+	if _, asked := always[key]; !asked && !slices.Contains(names, name) {
+		return body // another browser: its driver takes no such options
 	}
+	opts, _ := always[key].(map[string]any)
+	if opts == nil {
+		opts = map[string]any{}
+	}
+	edit(opts)
+	always[key] = opts
 	out, err := json.Marshal(req)
 	if err != nil {
 		return body

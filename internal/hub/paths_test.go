@@ -178,9 +178,22 @@ func TestWithDownloadDir(t *testing.T) {
 	if prefs["download.default_directory"] != "/tmp/s1" || prefs["intl.accept_languages"] != "de" || got.Capabilities.AlwaysMatch.Chrome["args"] == nil {
 		t.Fatalf("prefs %v", prefs)
 	}
-	ff := withDownloadDir([]byte(`{"capabilities":{"alwaysMatch":{"browserName":"firefox"},"firstMatch":[{}]}}`), "/tmp/s1")
+	ff := withDownloadDir([]byte(`{"capabilities":{"alwaysMatch":{"browserName":"firefox","moz:firefoxOptions":{"prefs":{"browser.download.dir":"/home/hub/.config/autostart","browser.download.folderList":1}}},"firstMatch":[{}]}}`), "/tmp/s1")
 	if strings.Contains(string(ff), "chromeOptions") {
 		t.Fatalf("firefox got Chromium prefs: %s", ff)
+	}
+	var fox struct {
+		Capabilities struct {
+			AlwaysMatch struct {
+				Firefox struct {
+					Prefs map[string]any `json:"prefs"`
+				} `json:"moz:firefoxOptions"`
+			} `json:"alwaysMatch"`
+		}
+	}
+	json.Unmarshal(ff, &fox)
+	if p := fox.Capabilities.AlwaysMatch.Firefox.Prefs; p["browser.download.dir"] != "/tmp/s1" || p["browser.download.folderList"] != 2.0 || p["browser.download.useDownloadDir"] != true {
+		t.Fatalf("firefox's downloads are not the session's: %v", p)
 	}
 	// A JSONWire client's body (webdriver.DriverBody) too: before, its prefs
 	// chose where a page's downloads were written on the host.

@@ -130,7 +130,7 @@ func CheckClient(b config.Resolved, o webdriver.Options, caps map[string]any) er
 	if b.Browser != nil && b.AllowClientBinary || inContainer(b) {
 		return nil
 	}
-	if what := choosesWhatRuns(caps); what != "" {
+	if what := choosesWhatRuns(b, caps); what != "" {
 		return &webdriver.ArgumentError{Msg: fmt.Sprintf("%s chooses what runs on the hub's host, or a file of it; %s allows it only with \"allowClientBinary\": true in browsers.json (docs/security.md)", what, b)}
 	}
 	return nil
@@ -147,7 +147,7 @@ func operatorEnv(b config.Resolved) string {
 // another browser's state, or returns "". Every options block counts, with a
 // vendor prefix or without: a JSONWire client's chromeOptions reaches
 // chromedriver as goog:chromeOptions.
-func choosesWhatRuns(caps map[string]any) string {
+func choosesWhatRuns(b config.Resolved, caps map[string]any) string {
 	for key, v := range caps {
 		if k := strings.ToLower(key); k == "binary" || strings.HasSuffix(k, "_binary") || strings.HasSuffix(k, ".binary") {
 			return fmt.Sprintf("%q", key)
@@ -165,8 +165,59 @@ func choosesWhatRuns(caps map[string]any) string {
 		for _, a := range args {
 			s, _ := a.(string)
 			name, _, _ := strings.Cut(strings.TrimLeft(s, "-"), "=")
-			if slices.Contains(chooseWhatRuns, "--"+strings.ToLower(name)) || strings.EqualFold(name, "profile") || namesHostPath(s) {
+			if slices.Contains(chooseWhatRuns, "--"+strings.ToLower(name)) || strings.EqualFold(name, "profile") ||
+				namesHostPath(s) && !strings.EqualFold(name, "ignore-certificate-errors-spki-list") { // base64 hashes, which may begin with '/'
+
 				return fmt.Sprintf("%q.args %q", key, s)
+			}
+		}
+		// geckodriver's env is the browser's environment: the same
+		// allow-list as the session's own env.
+		env, _ := opts["env"].(map[string]any)
+		for name := range env {
+			if !clientEnvAllowed(b, name) {
+				return fmt.Sprintf("%q.env %q", key, name)
+			}
+		}
+		for k, v := range opts {
+			switch k {
+			case "args", "env", "extensions", "profile": // checked above, or base64
+				continue
+			}
+			if at := hostPathIn(v, key+"."+k); at != "" {
+				return at
+			}
+		}
+	}
+	return ""
+}
+
+// PinnedPrefs are the browser preferences the hub sets over a client's for
+// a local driver: its downloads go to the session's own directory.
+var PinnedPrefs = []string{"download.default_directory", "savefile.default_directory", "browser.download.dir"}
+
+// hostPathIn names the first string under v, at path, that names a place of
+// the host's file system (minidumpPath, a preference naming a directory, a
+// log file), or returns "". A preference the hub pins is not the client's.
+func hostPathIn(v any, path string) string {
+	switch t := v.(type) {
+	case string:
+		if namesHostPath(t) {
+			return fmt.Sprintf("%s %q", path, t)
+		}
+	case map[string]any:
+		for k, x := range t {
+			if strings.HasSuffix(path, ".prefs") && slices.Contains(PinnedPrefs, k) {
+				continue
+			}
+			if at := hostPathIn(x, path+"."+k); at != "" {
+				return at
+			}
+		}
+	case []any:
+		for i, x := range t {
+			if at := hostPathIn(x, fmt.Sprintf("%s[%d]", path, i)); at != "" {
+				return at
 			}
 		}
 	}
