@@ -149,10 +149,11 @@ type Outcome struct {
 	held, bytes int64
 	// For a request that may not wait (ReasonNoWait, ReasonDisabled): the
 	// slots free or being torn down and the requests already waiting for them
-	// when it arrived, its tenant's maxSessions if that refused it, and turn
-	// if it had a slot and waited for its start's turn.
+	// when it arrived, its tenant's maxSessions if that refused it, turn if
+	// it had a slot and waited for its start's turn, saturated if it had one
+	// but the saturated budget is 0.
 	free, ahead, maxSessions int
-	turn                     bool
+	turn, saturated          bool
 }
 
 // Message explains a refusal to the client: which budget ran out, how long the
@@ -189,6 +190,8 @@ func (o Outcome) whyNoSlot() string {
 	switch {
 	case o.turn:
 		return fmt.Sprintf("a slot was free, but its browser's start did not get its turn within %v: the start gate paces starts to what the host takes now, and a slot being torn down is free only once its browser is gone (see /status \"gate\")", o.Budget)
+	case o.saturated:
+		return fmt.Sprintf("the grid is saturated (no request admitted within %v of queueing for %v) and -queue-congestion-timeout is 0, which refuses every request that would wait, even for its start's turn", o.opts.FastThreshold, o.Idle.Round(time.Second))
 	case o.maxSessions > 0:
 		return fmt.Sprintf("%q already runs its maxSessions of %d (-quotas)", o.tenant, o.maxSessions)
 	case o.free > 0:
@@ -237,12 +240,20 @@ func (s *Slot) Release() {
 // pattern of a CI run (DELETE, then at once a new session) must find the
 // slot it just gave up. Only the first call counts.
 func (s *Slot) Releasing() {
-	if s == nil || s.released.Load() || !s.releasing.CompareAndSwap(false, true) {
+	if s == nil {
 		return
 	}
+	// Under the queue's lock, as release reads the flag: a Release that
+	// overtakes this call finds it unset, or its count taken.
 	s.q.mu.Lock()
+	defer s.q.mu.Unlock()
+	if s.released.Load() || !s.releasing.CompareAndSwap(false, true) {
+		return
+	}
 	s.q.releasing++
-	s.q.mu.Unlock()
+	if s.tenant != nil {
+		s.tenant.releasing++
+	}
 }
 
 type waiter struct {
@@ -462,22 +473,30 @@ func (q *Queue) mayNotWaitLocked(ctx context.Context, r Request, t *tenant, now 
 	out.free = q.opts.Limit - q.inUse + q.releasing
 	out.ahead = q.waiters.Len()
 	switch {
-	case !q.mayRunLocked(t):
+	case t.quota.MaxSessions > 0 && t.running-t.releasing+t.waiters.Len() >= t.quota.MaxSessions:
+		// A session of its own being torn down counts as free for it, as a
+		// slot being torn down does (DELETE, then a new session at once),
+		// unless a request of its own already waits for it.
 		out.maxSessions = t.quota.MaxSessions
 		return nil, q.refuseLocked(r, out, reason), nil
 	case out.free <= out.ahead:
 		return nil, q.refuseLocked(r, out, reason), nil
 	}
-	out.turn = true
 	out.Budget = q.opts.KeepingUpBudget
 	if out.State == Saturated {
 		if out.Budget = q.opts.SaturatedBudget; out.Budget == 0 {
+			out.saturated = true
 			return nil, q.refuseLocked(r, out, reason), nil
 		}
 	}
-	if tt := q.opts.TurnTimeout; tt > 0 && (out.Budget == 0 || tt < out.Budget) {
-		out.Budget = tt
+	if tt := q.opts.TurnTimeout; tt > 0 {
+		// Each request ahead may take a start's turn before this one.
+		tt *= time.Duration(1 + out.ahead)
+		if out.Budget == 0 || tt < out.Budget {
+			out.Budget = tt
+		}
 	}
+	out.turn = true
 	return q.queueLocked(ctx, r, now, out)
 }
 
@@ -692,6 +711,9 @@ func (q *Queue) release(s *Slot) {
 	}
 	if t := s.tenant; t != nil {
 		t.running--
+		if s.releasing.Load() {
+			t.releasing--
+		}
 		q.forgetLocked(t)
 	}
 	q.dispatchLocked(time.Now())

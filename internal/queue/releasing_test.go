@@ -194,8 +194,25 @@ func TestMayNotWaitBudgets(t *testing.T) {
 
 		h0 := newHarness(t, Options{Limit: 2, Timeout: time.Minute, CongestionTimeout: 0, CongestionTimeoutSet: true, Gate: &fakeGate{}, TurnTimeout: time.Hour})
 		time.Sleep(2 * time.Minute)
-		if y := h0.acquire("Y", true); !y.finished() || y.out.Reason != ReasonNoWait || y.out.Queued {
-			t.Fatalf("saturated with a saturated budget of 0: %+v, want refused at once", y.out)
+		if y := h0.acquire("Y", true); !y.finished() || y.out.Reason != ReasonNoWait || y.out.Queued || !strings.Contains(y.out.Message(), "-queue-congestion-timeout is 0") {
+			t.Fatalf("saturated with a saturated budget of 0: %+v %q, want refused at once, saying why", y.out, y.out.Message())
+		}
+
+		// Behind other requests for their turns, a request may wait a turn
+		// for each of them and its own.
+		hb := newHarness(t, Options{Limit: 5, Timeout: time.Hour, Gate: &fakeGate{}, TurnTimeout: time.Minute})
+		p, q := hb.acquire("P", false), hb.acquire("Q", false)
+		defer func() { p.cancel(); q.cancel(); synctest.Wait() }()
+		z := hb.acquire("Z", true)
+		time.Sleep(3*time.Minute - time.Nanosecond)
+		synctest.Wait()
+		if z.finished() {
+			t.Fatalf("refused before three turns: %+v", z.out)
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if !z.finished() || z.out.Reason != ReasonNoWait || z.out.Budget != 3*time.Minute {
+			t.Fatalf("after three turns: %+v", z.out)
 		}
 
 		quotas, err := ParseQuotas([]byte(`{"alice": {"maxSessions": 1}}`))
@@ -208,6 +225,23 @@ func TestMayNotWaitBudgets(t *testing.T) {
 		if !b.finished() || b.out.Reason != ReasonNoWait || !strings.Contains(b.out.Message(), `"alice" already runs its maxSessions of 1`) {
 			t.Fatalf("a tenant at maxSessions: %+v %q", b.out, b.out.Message())
 		}
+		// Its session deleted and its browser being torn down, the tenant's
+		// next session at once waits for it, as a slot torn down is waited
+		// for: DELETE, then a new session, through ggr.
+		a.slot.Releasing()
+		c := hq.acquireReq(Request{ID: "C", Tenant: "alice", NoWait: true})
+		if c.finished() {
+			t.Fatalf("a tenant's session after its DELETE: %+v %q, want it waiting for the teardown", c.out, c.out.Message())
+		}
+		d := hq.acquireReq(Request{ID: "D", Tenant: "alice", NoWait: true})
+		if !d.finished() || d.out.Reason != ReasonNoWait {
+			t.Fatalf("a second session for one being torn down: %+v", d.out)
+		}
 		a.slot.Release()
+		synctest.Wait()
+		if !c.finished() || !c.out.Admitted {
+			t.Fatalf("after the teardown: %+v", c.out)
+		}
+		c.slot.Release()
 	})
 }

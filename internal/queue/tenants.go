@@ -132,6 +132,9 @@ type tenant struct {
 	name    string
 	quota   Quota // Quotas.Of(name), kept current by SetQuotas
 	running int
+	// releasing counts its running sessions that have ended and whose
+	// browsers are being torn down (Slot.Releasing).
+	releasing int
 	// vtime is the tenant's virtual time, as in weighted fair queuing: each
 	// admission adds 1/weight, and a tenant that starts waiting joins at the
 	// least of the waiting tenants' (it banks no credit for the time it

@@ -424,9 +424,17 @@ func SessionOptions(caps map[string]any) Options {
 			break
 		}
 	}
-	// mergeOptions' only error is a video size larger than a screen another
-	// layer set; the merge it returns is still what the layers say.
+	// mergeOptions' errors are a video size larger than a screen another
+	// layer set, where the merge it returns is still what the layers say,
+	// and labels or env over their bounds between the layers (a W3C
+	// request's top level was not read at creation), which are left out.
 	o, _ := mergeOptions(top, block)
+	if len(o.Labels) > maxLabels {
+		o.Labels = nil
+	}
+	if envBytes(o.Env) > maxEnvBytes {
+		o.Env = nil
+	}
 	return o
 }
 
@@ -449,7 +457,22 @@ func mergeOptions(layers ...*optionsLayer) (Options, error) {
 	}
 	slices.Sort(o.Ignored)
 	o.Ignored = slices.Compact(o.Ignored)
+	// Each layer was bounded; their merge is too.
+	if len(o.Labels) > maxLabels {
+		return o, argErr("labels has %d entries between its layers: at most %d", len(o.Labels), maxLabels)
+	}
+	if n := envBytes(o.Env); n > maxEnvBytes {
+		return o, argErr("env holds %d bytes: at most %d in all (a process's environment and arguments share about 2 MiB)", n, maxEnvBytes)
+	}
 	return o, videoDefaults(sizeKey, &o)
+}
+
+func envBytes(env []string) int {
+	n := 0
+	for _, e := range env {
+		n += len(e) + 1
+	}
+	return n
 }
 
 // overlay sets o's fields to p's set ones; p's zero fields and empty lists and
@@ -689,6 +712,7 @@ const (
 	maxLabelKey   = 255
 	maxEnv        = 256
 	maxEnvEntry   = 32 << 10
+	maxEnvBytes   = 256 << 10
 )
 
 // maxFileName is the longest logName: a file name's limit on Linux file

@@ -3,6 +3,7 @@ package webdriver
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -110,6 +111,13 @@ func TestKeptOptionsAreBounded(t *testing.T) {
 		}
 		return m
 	}
+	bigEnvs := func(n int) []any {
+		out := make([]any, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("LC_%d=%s", i, strings.Repeat("x", 30<<10))
+		}
+		return out
+	}
 	envs := func(n int) []any {
 		out := make([]any, n)
 		for i := range out {
@@ -127,6 +135,7 @@ func TestKeptOptionsAreBounded(t *testing.T) {
 		"a huge name":      {map[string]any{"name": strings.Repeat("n", 4097)}, "name is 4097 bytes"},
 		"a huge env entry": {map[string]any{"env": []any{"LC_ALL=" + strings.Repeat("x", 200_000)}}, `env entry "LC_ALL" is 200007 bytes`},
 		"too many env":     {map[string]any{"env": envs(257)}, "env has 257 entries"},
+		"env over 256 KiB": {map[string]any{"env": bigEnvs(9)}, "env holds"},
 	} {
 		err := parseOpts(t, SelenoidOptionsKey, c.opts)
 		var ae *ArgumentError

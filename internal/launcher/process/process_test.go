@@ -508,14 +508,18 @@ func TestStopReapsHelpersThatExitedThemselves(t *testing.T) {
 				t.Fatal(err)
 			}
 		} else {
-			// Stop has run already (as for a helper that exited after it);
-			// the next Start reaps it.
+			// Before its session's Stop, as for a helper that exits after
+			// it: the next Start reaps it.
 			next, err := l.Start(context.Background(), req())
 			if err != nil {
 				t.Fatal(err)
 			}
+			reaped := !slices.Contains(childrenOf(os.Getpid()), helper)
 			next.Stop(context.Background())
 			inst.Stop(context.Background())
+			if !reaped {
+				t.Fatalf("after %s: the helper %d is still this process's zombie", end, helper)
+			}
 		}
 		if slices.Contains(childrenOf(os.Getpid()), helper) {
 			t.Fatalf("after %s: the helper %d is still this process's zombie", end, helper)
