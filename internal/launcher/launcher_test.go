@@ -107,6 +107,7 @@ func TestCheckClient(t *testing.T) {
 		{"Firefox's locale", webdriver.Options{}, map[string]any{"moz:firefoxOptions": map[string]any{"env": map[string]any{"LANG": "de_DE.UTF-8"}}}, "", ""},
 		{"Firefox's downloads, pinned", webdriver.Options{}, map[string]any{"moz:firefoxOptions": map[string]any{"prefs": map[string]any{"browser.download.dir": "/tmp/dl", "browser.helperApps.neverAsk.saveToDisk": "text/csv,application/pdf"}}}, "", ""},
 		{"Firefox's cache on the host", webdriver.Options{}, map[string]any{"moz:firefoxOptions": map[string]any{"prefs": map[string]any{"browser.cache.disk.parent_directory": "/home/hub"}}}, `browser.cache.disk.parent_directory`, ""},
+		{"the hub's own options", webdriver.Options{}, map[string]any{"selenoid:options": map[string]any{"labels": map[string]any{"build": "/job/123"}, "name": "/checkout"}}, "", ""},
 		{"a relative log is the session's", webdriver.Options{}, chrome("args", []any{"--log-file=chrome.log"}), "", ""},
 		{"what users pass", webdriver.Options{}, chrome("args", []any{"--user-agent=Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36", "--lang=de-DE",
 			"--proxy-server=http://127.0.0.1:3128", "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE localhost", "--window-size=1280,800", "--headless=new",

@@ -153,8 +153,8 @@ func choosesWhatRuns(b config.Resolved, caps map[string]any) string {
 			return fmt.Sprintf("%q", key)
 		}
 		opts, ok := v.(map[string]any)
-		if !ok || !strings.HasSuffix(strings.ToLower(key), "options") {
-			continue
+		if !ok || !strings.HasSuffix(strings.ToLower(key), "options") || key == webdriver.OptionsKey || key == webdriver.SelenoidOptionsKey {
+			continue // the hub's own options are checked where they are read, and never reach the driver
 		}
 		for _, k := range []string{"binary", "debuggerAddress", "androidPackage", "androidDeviceSerial"} {
 			if _, ok := opts[k]; ok {
