@@ -41,8 +41,10 @@ func envMatch(name string, patterns []string) bool {
 
 // neverContainerEnv are variables a client may not set even in a container
 // of its own: the hub's contract with the image (WEBSUMMONER_HUB_ADDRESSES
-// names who may reach the container's services).
-var neverContainerEnv = []string{"WEBSUMMONER_*"}
+// names who may reach the container's services), and Selenoid's contract
+// variables that the hub sets from checked options (SCREEN_RESOLUTION set
+// as env skipped the screen's bounds: a 12000x12000 screen took 1.3 GiB).
+var neverContainerEnv = []string{"WEBSUMMONER_*", "SCREEN_RESOLUTION", "ENABLE_VNC"}
 
 // inContainer reports whether b runs in a container. There the container is
 // the boundary, as under Selenoid: what a client sets inside it (any env,
@@ -102,6 +104,9 @@ func CheckClient(b config.Resolved, o webdriver.Options, caps map[string]any) er
 	for _, kv := range o.Env {
 		name, _, _ := strings.Cut(kv, "=")
 		if !clientEnvAllowed(b, name) {
+			if inContainer(b) && (name == "SCREEN_RESOLUTION" || name == "ENABLE_VNC") {
+				return &webdriver.ArgumentError{Msg: fmt.Sprintf("env %q may not be set by a client: the hub sets it from the option %s, which it checks and shows in /status; give that instead", name, map[string]string{"SCREEN_RESOLUTION": "screenResolution", "ENABLE_VNC": "enableVNC"}[name])}
+			}
 			if inContainer(b) {
 				return &webdriver.ArgumentError{Msg: fmt.Sprintf("env %q may not be set by a client: WEBSUMMONER_* variables are the hub's own contract with the image (docs/security.md)", name)}
 			}
@@ -111,6 +116,11 @@ func CheckClient(b config.Resolved, o webdriver.Options, caps map[string]any) er
 	}
 	if net := o.Networking(); len(net) > 0 && b.Browser != nil && b.Image.IsCommand() {
 		return &webdriver.ArgumentError{Msg: fmt.Sprintf("%s runs as a local driver process, where %s cannot apply; they work for browsers in containers", b, strings.Join(net, ", "))}
+	}
+	for k := range o.Labels {
+		if strings.HasPrefix(k, "websummoner.") {
+			return &webdriver.ArgumentError{Msg: fmt.Sprintf("labels %.64q may not be set by a client: websummoner.* labels are the hub's own, by which it finds its containers", k)}
+		}
 	}
 	if b.Browser != nil {
 		for _, n := range o.AdditionalNetworks {

@@ -813,11 +813,16 @@ func checkScreen(key string, o *Options) error {
 	if r := o.VideoFrameRate; r < 0 || r > maxFrameRate {
 		return argErr("%s.videoFrameRate %d must be from 1 to %d frames a second", key, r, maxFrameRate)
 	}
-	if c := o.VideoCodec; c != "" && (len(c) > 32 || strings.Trim(c, "abcdefghijklmnopqrstuvwxyz0123456789_") != "") {
-		return argErr("%s.videoCodec %q must be an ffmpeg encoder name, such as \"libx264\" or \"mpeg4\"", key, c)
+	if c := o.VideoCodec; c != "" && !slices.Contains(videoCodecs, c) {
+		return argErr("%s.videoCodec %.40q must be one of %s: a compressing encoder (an uncompressed one fills the host's disk at hundreds of MB a second)", key, c, strings.Join(videoCodecs, ", "))
 	}
 	return nil
 }
+
+// videoCodecs are the encoders a client may ask of the recorder (ffmpeg's
+// names): those Selenoid's users ask for, all compressing. Selenoid passes
+// any name; rawvideo or ffv1 then wrote 200 MB a second to the host.
+var videoCodecs = []string{"libx264", "libx265", "h264", "hevc", "mpeg4", "libvpx", "libvpx-vp9", "vp8", "vp9", "libaom-av1", "libsvtav1"}
 
 // videoDefaults checks videoScreenSize (set in the layer key names) against
 // the merged options' screen, which another layer may set, and fills the

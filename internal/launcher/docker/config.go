@@ -153,7 +153,9 @@ func logConfig(base *container.LogConfig, name string, labels map[string]string)
 		return lc
 	}
 	if _, ok := lc.Config["tag"]; !ok && name != "" {
-		lc.Config["tag"] = name
+		// Docker reads the tag as a Go template: a test's name is text,
+		// its braces made parentheses.
+		lc.Config["tag"] = strings.NewReplacer("{", "(", "}", ")").Replace(name)
 	}
 	if _, ok := lc.Config["labels"]; !ok && len(labels) > 0 {
 		lc.Config["labels"] = strings.Join(slices.Sorted(maps.Keys(labels)), ",")

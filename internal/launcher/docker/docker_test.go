@@ -513,6 +513,11 @@ func TestLoadLogConfig(t *testing.T) {
 	if lc := logConfig(&container.LogConfig{Type: "syslog", Config: map[string]string{"tag": "grid"}}, "checkout", nil); lc.Config["tag"] != "grid" {
 		t.Errorf("tag %q, want the operator's", lc.Config["tag"])
 	}
+	// Docker reads the tag as a template: a name is kept as text, not run
+	// ({{ alone failed the container's start: "unclosed action").
+	if lc := logConfig(&container.LogConfig{Type: "syslog", Config: map[string]string{}}, `{{ test }} {{{printf "%09d" 1}}}`, nil); strings.Contains(lc.Config["tag"], "{{") || strings.Contains(lc.Config["tag"], "}}") {
+		t.Errorf("tag %q is a template", lc.Config["tag"])
+	}
 }
 
 // The shared start-policy table, in real containers of the stub image.
