@@ -169,6 +169,9 @@ func (h *Hub) abandon(c *creation) {
 
 // parse reads the whole body and parses the capabilities into candidates.
 func (h *Hub) parse(c *creation) error {
+	if o := c.r.Header.Get("Origin"); o != "" && !sameOrigin(o, c.r.Host) {
+		return &originError{o}
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(c.w, c.r.Body, MaxNewSessionBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError

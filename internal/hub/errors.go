@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/websummoner/websummoner/internal/config"
@@ -53,6 +55,23 @@ type bodyError struct{ err error }
 func (e *bodyError) Error() string { return "reading the request body: " + e.err.Error() }
 func (e *bodyError) Unwrap() error { return e.err }
 
+// originError is a new-session request a web page of another origin sent:
+// a browser adds Origin to a page's cross-origin POST, a WebDriver client
+// never does. A page in a session's own browser, or in a developer's, could
+// otherwise fill the grid (a no-cors text/plain POST needs no preflight).
+type originError struct{ origin string }
+
+func (e *originError) Error() string {
+	return fmt.Sprintf("a web page of %.100q may not start sessions on this hub: WebDriver clients send no Origin header, and only a page of the hub's own origin may", e.origin)
+}
+
+// sameOrigin reports whether origin (an Origin header) names host, the Host
+// the request came to.
+func sameOrigin(origin, host string) bool {
+	u, err := url.Parse(origin)
+	return err == nil && u.Host != "" && strings.EqualFold(u.Host, host)
+}
+
 // noLauncherError is a browsers.json entry this hub has no way to run.
 type noLauncherError struct{ b config.Resolved }
 
@@ -82,6 +101,7 @@ func (h *Hub) replyFor(err error) reply {
 	var (
 		ce  *createError
 		be  *bodyError
+		oe  *originError
 		tb  *http.MaxBytesError
 		ae  *webdriver.ArgumentError
 		nf  *config.NotFoundError
@@ -100,6 +120,8 @@ func (h *Hub) replyFor(err error) reply {
 	case errors.As(err, &tb):
 		return reply{status: http.StatusRequestEntityTooLarge, code: webdriver.ErrInvalidArgument, event: "BAD_REQUEST", level: slog.LevelInfo,
 			msg: fmt.Sprintf("new session request body is larger than %d MiB; send smaller capabilities (large extensions belong on the browser image)", MaxNewSessionBody>>20)}
+	case errors.As(err, &oe):
+		return reply{status: http.StatusForbidden, code: webdriver.ErrSessionNotCreated, msg: oe.Error(), event: "BAD_REQUEST", level: slog.LevelInfo}
 	case errors.As(err, &be):
 		return reply{status: http.StatusBadRequest, code: webdriver.ErrInvalidArgument, event: "BAD_REQUEST", level: slog.LevelInfo,
 			msg: be.Error() + "; the body must arrive whole (check the client's Content-Length or chunked encoding)"}

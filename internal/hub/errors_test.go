@@ -57,6 +57,8 @@ func createErrorCases() []createErrorCase {
 		}
 	}
 	return []createErrorCase{
+		{name: "a web page of another origin asks (an `Origin` header)", phase: phaseParse, body: chrome, header: []string{"Origin", "http://172.21.0.2:8080"},
+			status: 403, code: "session not created", msg: "may not start sessions", tag: "BAD_REQUEST"},
 		{name: "body is not JSON", phase: phaseParse, body: `{"capabilities":`,
 			status: 400, code: "invalid argument", msg: "not a JSON object", tag: "BAD_REQUEST"},
 		{name: "neither capabilities nor desiredCapabilities", phase: phaseParse, body: `{}`,
@@ -319,3 +321,22 @@ func (closedGate) TryStart(int) bool                                  { return f
 func (closedGate) CanStart(int) bool                                  { return false }
 func (closedGate) Notify(func())                                      {}
 func (closedGate) FinishStart(int, queue.StartOutcome, time.Duration) {}
+
+// A page of the hub's own origin may start a session (Origin names the Host
+// it came to); a page elsewhere, even one naming the hub's address with
+// another port or scheme-less, may not: a WebDriver client sends no Origin.
+func TestNewSessionFromAPage(t *testing.T) {
+	f := newFixture(t, queue.Options{Limit: 2}, Options{}, &stubLauncher{})
+	host := strings.TrimPrefix(f.srv.URL, "http://")
+	if resp, body := f.do("POST", "/session", w3cChrome, "Origin", "http://"+host); resp.StatusCode != 200 {
+		t.Fatalf("the hub's own origin: %d %v", resp.StatusCode, body)
+	}
+	for _, o := range []string{"null", "http://evil.test", "http://" + strings.Split(host, ":")[0] + ":1", host} {
+		if resp, body := f.do("POST", "/session", w3cChrome, "Origin", o); resp.StatusCode != 403 {
+			t.Errorf("Origin %q: %d %v, want 403", o, resp.StatusCode, body)
+		}
+	}
+	if st := f.q.Stats(); st.InUse != 1 {
+		t.Fatalf("slots in use %d, want the one session", st.InUse)
+	}
+}
