@@ -2,6 +2,7 @@ package docker
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,10 +14,13 @@ import (
 	"path"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/pkg/stdcopy"
 
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
@@ -100,22 +104,31 @@ func (i *instance) finishVideo(ctx context.Context) (string, error) {
 	rec := i.recorder
 	l := i.l
 	timeout := int((l.opts.StopTimeout + time.Second - 1) / time.Second)
-	if err := l.engine.ContainerStop(ctx, rec.id, container.StopOptions{Signal: "SIGINT", Timeout: &timeout}); err != nil && !cerrdefs.IsNotFound(err) {
-		return "", fmt.Errorf("stopping the video recorder %s: %w", shortID(rec.id), err)
-	}
 	i.mu.Lock()
 	id := i.sessionID
 	i.mu.Unlock()
+	if id == "" {
+		// No session was created (a failed start): nothing to keep, even
+		// under a videoName, which would otherwise be taken by a failure.
+		_ = l.engine.ContainerStop(ctx, rec.id, container.StopOptions{Timeout: &timeout})
+		return "", nil
+	}
 	final := i.opts.VideoName
 	if final == "" {
-		if id == "" {
-			return "", nil // no session was created: nothing to keep
-		}
 		final = launcher.SafeName(id) + path.Ext(rec.file)
+	}
+	// A recorder no longer running exited by itself (a codec its ffmpeg
+	// lacks, no display) or was killed before the session ended: its file
+	// has no index, and no player opens it. Say so; publish nothing.
+	if ci, err := l.engine.ContainerInspect(ctx, rec.id); err == nil && ci.State != nil && !ci.State.Running && ci.State.ExitCode != 0 {
+		return final, fmt.Errorf("video %s: the recorder had exited with code %d before the session ended, so nothing is kept; its last output: %s", final, ci.State.ExitCode, i.recorderTail(ctx))
+	}
+	if err := l.engine.ContainerStop(ctx, rec.id, container.StopOptions{Signal: "SIGINT", Timeout: &timeout}); err != nil && !cerrdefs.IsNotFound(err) {
+		return "", fmt.Errorf("stopping the video recorder %s: %w", shortID(rec.id), err)
 	}
 	rc, _, err := l.engine.CopyFromContainer(ctx, rec.id, recordingDir+"/"+rec.file)
 	if err != nil {
-		return final, fmt.Errorf("video %s: the recorder left no file (%v); its log: docker logs %s", final, err, shortID(rec.id))
+		return final, fmt.Errorf("video %s: the recorder left no file (%v); its last output: %s", final, err, i.recorderTail(ctx))
 	}
 	defer rc.Close()
 	saved, err := saveVideo(rc, l.opts.VideoDir, final, id)
@@ -123,6 +136,29 @@ func (i *instance) finishVideo(ctx context.Context) (string, error) {
 		logtag.Event(l.log, slog.LevelWarn, i.requestID, "VIDEO_RENAMED", fmt.Sprintf("%s exists in -video-output-dir; this session's video is %s", final, saved))
 	}
 	return saved, err
+}
+
+// recorderTail is the last of the recorder's output, for a failure's
+// message: the container is removed with the session, so pointing at
+// `docker logs` would name nothing.
+func (i *instance) recorderTail(ctx context.Context) string {
+	rc, err := i.l.engine.ContainerLogs(ctx, i.recorder.id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Tail: "3"})
+	if err != nil {
+		return "(none: " + err.Error() + ")"
+	}
+	defer rc.Close()
+	var out bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &out, io.LimitReader(rc, 4096)); err != nil && out.Len() == 0 {
+		return "(unreadable: " + err.Error() + ")"
+	}
+	text := strings.Join(strings.FieldsFunc(out.String(), func(r rune) bool { return r < ' ' || r == 0x7f || r == utf8.RuneError }), " ")
+	if len(text) > 300 {
+		text = "…" + text[len(text)-300:]
+	}
+	if text == "" {
+		return "(none)"
+	}
+	return text
 }
 
 // saveVideo writes the one file of a tar stream (what the engine copies out of

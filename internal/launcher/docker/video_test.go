@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -99,5 +100,64 @@ func TestRecorderLifecycle(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Fatalf("a failed recording left %d files", len(entries))
+	}
+}
+
+// A recorder killed before its session ended (or one that exited by itself)
+// left a file without its index, which was published as the session's video
+// and logged VIDEO_SAVED. Now nothing is kept, and the failure says how the
+// recorder ended and what it last wrote. A failed start keeps no video, even
+// under a videoName.
+func TestRecorderThatEndedEarlyKeepsNothing(t *testing.T) {
+	dir := t.TempDir()
+	l, ev := newLauncher(t, Options{VideoDir: dir, VideoImage: stubImage}, nil)
+	r := stubRequest()
+	r.Options.EnableVideo, r.Options.VideoName = true, "killed.mp4"
+	inst, err := l.Start(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.SessionCreated("s1", nil)
+	var recorder string
+	for _, c := range containersOf(t, l.opts.Instance) {
+		if c.Labels[LabelRole] == "recorder" {
+			recorder = c.ID
+		}
+	}
+	// The stub image, standing in for the recorder, takes none of its
+	// arguments and exits at once, as a recorder whose ffmpeg lacks the
+	// codec does; docker kill ends a running one the same way (code 137).
+	_ = exec.Command("docker", "kill", recorder).Run()
+	out, err := exec.Command("docker", "wait", recorder).CombinedOutput()
+	code := strings.TrimSpace(string(out))
+	if err != nil || code == "0" {
+		t.Fatalf("docker wait: %v %s", err, out)
+	}
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	line := ev.Wait(t, "[VIDEO_FAILED]", 30*time.Second)
+	if !strings.Contains(line, "killed.mp4") || !strings.Contains(line, "exited with code "+code) || strings.Contains(line, "docker logs") {
+		t.Fatalf("the failure says %q", line)
+	}
+	t.Log(line)
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("a killed recording left %d files", len(entries))
+	}
+
+	// A start that failed after the recorder began: no session, no video.
+	r.Options.VideoName = "failed-start.mp4"
+	inst, err = l.Start(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("a failed start left %d files", len(entries))
+	}
+	if n := len(containersOf(t, l.opts.Instance)); n != 0 {
+		t.Fatalf("%d containers after Stop", n)
 	}
 }
