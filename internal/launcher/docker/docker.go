@@ -262,6 +262,14 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 	return inst, nil
 }
 
+// uncancelled is ctx for a call that makes something on the engine: a
+// cancelled call may still make it there after the hub gave up on it, out of
+// the hub's sight until the next sweep, so the call runs to its answer
+// (bounded by -service-startup-timeout) and the caller undoes it.
+func (l *Launcher) uncancelled(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), l.opts.StartupTimeout)
+}
+
 // create makes the session's own network (without -container-network) and
 // the container on it, with the addresses the hub comes from in its
 // environment. On failure nothing it made is left.
@@ -308,7 +316,17 @@ func (l *Launcher) create(ctx context.Context, r launcher.Request, cname, sessio
 		host.Links = nil // application containers join the session's network instead
 		netCfg = &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{netName: {}}}
 	}
-	created, err := l.engine.ContainerCreate(ctx, cfg, host, netCfg, nil, cname)
+	cctx, cancel := l.uncancelled(ctx)
+	created, err := l.engine.ContainerCreate(cctx, cfg, host, netCfg, nil, cname)
+	cancel()
+	if err == nil && ctx.Err() != nil {
+		// The client left while the engine created it: removed now, not at
+		// the next sweep.
+		rctx, cancel := l.uncancelled(ctx)
+		_ = l.engine.ContainerRemove(rctx, created.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+		cancel()
+		err = ctx.Err()
+	}
 	if err != nil {
 		return fail("creating the container", err)
 	}

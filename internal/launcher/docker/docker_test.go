@@ -23,8 +23,10 @@ import (
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 	"github.com/docker/go-connections/nat"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -568,5 +570,43 @@ func TestEndpointsChoice(t *testing.T) {
 	}
 	if _, err := New(Options{Address: "addr"}, nil, nil, nil); err == nil {
 		t.Fatal("unknown address mode accepted")
+	}
+}
+
+// leavingEngine is the real engine whose ContainerCreate sees the client
+// leave while the engine makes the container: the fault behind containers
+// and networks left until the next sweep, which a real client cannot time.
+type leavingEngine struct {
+	Engine
+	leave context.CancelFunc
+}
+
+func (e *leavingEngine) ContainerCreate(ctx context.Context, config *container.Config, host *container.HostConfig, netCfg *network.NetworkingConfig, platform *ocispec.Platform, name string) (container.CreateResponse, error) {
+	e.leave()
+	// The engine goes on making it, whatever became of the call.
+	resp, err := e.Engine.ContainerCreate(context.WithoutCancel(ctx), config, host, netCfg, platform, name)
+	if ctx.Err() != nil {
+		return resp, ctx.Err() // what the client library answers a cancelled call
+	}
+	return resp, err
+}
+
+// A client that leaves while its container is being made leaves nothing
+// behind once Start has returned: before, the container (and its session's
+// network) stayed until the next sweep, 30 s later, and Docker's address
+// pools hold about 30 networks.
+func TestClientLeavingDuringCreateLeavesNothing(t *testing.T) {
+	ctx, leave := context.WithCancel(context.Background())
+	defer leave()
+	l, _ := newLauncher(t, Options{}, &leavingEngine{Engine: engine, leave: leave})
+	if _, err := l.Start(ctx, stubRequest()); err == nil {
+		t.Fatal("a start whose client left succeeded")
+	}
+	if n := len(containersOf(t, l.opts.Instance)); n != 0 {
+		t.Fatalf("%d containers left once Start returned", n)
+	}
+	nets, err := engine.NetworkList(context.Background(), network.ListOptions{Filters: filters.NewArgs(filters.Arg("label", LabelInstance+"="+l.opts.Instance))})
+	if err != nil || len(nets) != 0 {
+		t.Fatalf("networks left once Start returned: %v %v", nets, err)
 	}
 }

@@ -50,10 +50,15 @@ func (l *Launcher) sessionNetwork(cname string) string {
 // createNetwork makes the session's own bridge network and returns its
 // gateway, the address the hub's connections to published ports come from.
 func (l *Launcher) createNetwork(ctx context.Context, name, session string) (string, error) {
-	_, err := l.engine.NetworkCreate(ctx, name, network.CreateOptions{
+	cctx, cancel := l.uncancelled(ctx)
+	_, err := l.engine.NetworkCreate(cctx, name, network.CreateOptions{
 		Driver: "bridge",
 		Labels: map[string]string{LabelInstance: l.opts.Instance, LabelSession: session},
 	})
+	cancel()
+	if err == nil && ctx.Err() != nil {
+		err = ctx.Err() // the caller removes it
+	}
 	if err != nil {
 		if strings.Contains(err.Error(), "address pool") {
 			return "", fmt.Errorf("creating the session's own network: %w; every session has a network of its own, and Docker's default address pools hold about 30: give the engine more, smaller ones (\"default-address-pools\": [{\"base\": \"10.200.0.0/16\", \"size\": 28}] in /etc/docker/daemon.json) or lower -limit (docs/security.md)", err)

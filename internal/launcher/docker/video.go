@@ -78,7 +78,9 @@ func (l *Launcher) startRecorder(ctx context.Context, inst *instance, r launcher
 	l.mu.Lock()
 	l.creating[name] = true
 	l.mu.Unlock()
-	created, err := l.engine.ContainerCreate(ctx, cfg, host, nil, nil, name)
+	cctx, cancel := l.uncancelled(ctx)
+	created, err := l.engine.ContainerCreate(cctx, cfg, host, nil, nil, name)
+	cancel()
 	l.mu.Lock()
 	delete(l.creating, name)
 	if err == nil {
