@@ -153,14 +153,8 @@ func TestMayNotWaitTakesItsFreeSlot(t *testing.T) {
 				before := h.metric("websummoner_queue_rejected_total", "reason", "shed") + h.metric("websummoner_queue_rejected_total", "reason", "timeout")
 				start := time.Now()
 				x := h.acquire("X", c.noWait)
-				time.Sleep(30*time.Second - time.Nanosecond)
-				synctest.Wait()
-				if x.finished() {
-					t.Fatalf("refused before TurnTimeout: %+v", x.out)
-				}
-				time.Sleep(time.Nanosecond)
-				synctest.Wait()
-				if !x.finished() || x.out.Reason != c.refusedAs || time.Since(start) != 30*time.Second || !strings.Contains(x.out.Message(), "did not get its turn within 30s") {
+				endsAt(t, x, 30*time.Second)
+				if x.out.Reason != c.refusedAs || time.Since(start) != 30*time.Second || !strings.Contains(x.out.Message(), "did not get its turn within 30s") {
 					t.Fatalf("a turn that never came: %+v %q after %v", x.out, x.out.Message(), time.Since(start))
 				}
 				if after := h.metric("websummoner_queue_rejected_total", "reason", "shed") + h.metric("websummoner_queue_rejected_total", "reason", "timeout"); after != before {
@@ -204,14 +198,8 @@ func TestMayNotWaitBudgets(t *testing.T) {
 		p, q := hb.acquire("P", false), hb.acquire("Q", false)
 		defer func() { p.cancel(); q.cancel(); synctest.Wait() }()
 		z := hb.acquire("Z", true)
-		time.Sleep(3*time.Minute - time.Nanosecond)
-		synctest.Wait()
-		if z.finished() {
-			t.Fatalf("refused before three turns: %+v", z.out)
-		}
-		time.Sleep(time.Nanosecond)
-		synctest.Wait()
-		if !z.finished() || z.out.Reason != ReasonNoWait || z.out.Budget != 3*time.Minute {
+		endsAt(t, z, 3*time.Minute)
+		if z.out.Reason != ReasonNoWait || z.out.Budget != 3*time.Minute {
 			t.Fatalf("after three turns: %+v", z.out)
 		}
 
@@ -244,4 +232,20 @@ func TestMayNotWaitBudgets(t *testing.T) {
 		}
 		c.slot.Release()
 	})
+}
+
+// endsAt checks, in fake time, that p is still waiting a nanosecond before d
+// from now and has its answer at d.
+func endsAt(t *testing.T, p *pending, d time.Duration) {
+	t.Helper()
+	time.Sleep(d - time.Nanosecond)
+	synctest.Wait()
+	if p.finished() {
+		t.Fatalf("answered before %v: %+v", d, p.out)
+	}
+	time.Sleep(time.Nanosecond)
+	synctest.Wait()
+	if !p.finished() {
+		t.Fatalf("no answer at %v", d)
+	}
 }
