@@ -166,7 +166,7 @@ func choosesWhatRuns(b config.Resolved, caps map[string]any) string {
 		if !ok || !strings.HasSuffix(strings.ToLower(key), "options") || key == webdriver.OptionsKey || key == webdriver.SelenoidOptionsKey {
 			continue // the hub's own options are checked where they are read, and never reach the driver
 		}
-		for _, k := range []string{"binary", "debuggerAddress", "androidPackage", "androidDeviceSerial"} {
+		for _, k := range []string{"binary", "debuggerAddress", "androidPackage", "androidDeviceSerial", browserState[key]} {
 			if _, ok := opts[k]; ok {
 				return fmt.Sprintf("%q.%s", key, k)
 			}
@@ -189,12 +189,16 @@ func choosesWhatRuns(b config.Resolved, caps map[string]any) string {
 				return fmt.Sprintf("%q.env %q", key, name)
 			}
 		}
+		if !browserBlocks[key] {
+			continue // a cloud's or a client library's options (sauce:options, wdio:…): no browser reads them
+		}
+		pinned := pinnedPrefs[key]
 		for k, v := range opts {
 			switch k {
-			case "args", "env", "extensions", "profile": // checked above, or base64
+			case "args", "env", "extensions": // checked above, or base64
 				continue
 			}
-			if at := hostPathIn(v, key+"."+k); at != "" {
+			if at := hostPathIn(v, key+"."+k, pinned); at != "" {
 				return at
 			}
 		}
@@ -202,14 +206,32 @@ func choosesWhatRuns(b config.Resolved, caps map[string]any) string {
 	return ""
 }
 
-// PinnedPrefs are the browser preferences the hub sets over a client's for
-// a local driver: its downloads go to the session's own directory.
-var PinnedPrefs = []string{"download.default_directory", "savefile.default_directory", "browser.download.dir"}
+// browserBlocks are the options blocks a browser's driver reads, whose
+// values the browser acts on: each is scanned for host paths.
+var browserBlocks = map[string]bool{"goog:chromeOptions": true, "chromeOptions": true, "ms:edgeOptions": true, "moz:firefoxOptions": true,
+	"operaOptions": true, "webkitgtk:browserOptions": true, "wpe:browserOptions": true}
+
+// browserState names, for a block, its key that hands the browser a whole
+// profile — another browser's state, as --user-data-dir: Firefox's base64
+// profile carries a user.js whose preferences no scan sees.
+var browserState = map[string]string{"moz:firefoxOptions": "profile"}
+
+// pinnedPrefs are, for each block the hub edits (forInstance), the
+// preferences it sets over a client's for a local driver: its downloads go
+// to the session's own directory. A JSONWire chromeOptions reaches the
+// driver as goog:chromeOptions.
+var pinnedPrefs = map[string][]string{
+	"goog:chromeOptions": {"download.default_directory", "savefile.default_directory"},
+	"chromeOptions":      {"download.default_directory", "savefile.default_directory"},
+	"ms:edgeOptions":     {"download.default_directory", "savefile.default_directory"},
+	"moz:firefoxOptions": {"browser.download.dir"},
+}
 
 // hostPathIn names the first string under v, at path, that names a place of
 // the host's file system (minidumpPath, a preference naming a directory, a
-// log file), or returns "". A preference the hub pins is not the client's.
-func hostPathIn(v any, path string) string {
+// log file), or returns "". A preference the hub pins (of pinned, at the
+// block's top-level prefs) is not the client's.
+func hostPathIn(v any, path string, pinned []string) string {
 	switch t := v.(type) {
 	case string:
 		if namesHostPath(t) {
@@ -217,16 +239,16 @@ func hostPathIn(v any, path string) string {
 		}
 	case map[string]any:
 		for k, x := range t {
-			if strings.HasSuffix(path, ".prefs") && slices.Contains(PinnedPrefs, k) {
+			if strings.HasSuffix(path, ".prefs") && slices.Contains(pinned, k) {
 				continue
 			}
-			if at := hostPathIn(x, path+"."+k); at != "" {
+			if at := hostPathIn(x, path+"."+k, pinned); at != "" {
 				return at
 			}
 		}
 	case []any:
 		for i, x := range t {
-			if at := hostPathIn(x, fmt.Sprintf("%s[%d]", path, i)); at != "" {
+			if at := hostPathIn(x, fmt.Sprintf("%s[%d]", path, i), pinned); at != "" {
 				return at
 			}
 		}

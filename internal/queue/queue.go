@@ -454,6 +454,9 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 	return q.queueLocked(ctx, r, now, out)
 }
 
+// maxTurns bounds the start turns a request that may not wait waits for.
+const maxTurns = 10
+
 // mayNotWaitLocked answers a request that may not wait for a slot (no-wait,
 // or -disable-queue) and found none it could take at once, and unlocks. It is
 // refused if it would have to wait for another session to end: every slot is
@@ -490,8 +493,10 @@ func (q *Queue) mayNotWaitLocked(ctx context.Context, r Request, t *tenant, now 
 		}
 	}
 	if tt := q.opts.TurnTimeout; tt > 0 {
-		// Each request ahead may take a start's turn before this one.
-		tt *= time.Duration(1 + out.ahead)
+		// Each request ahead may take a start's turn before this one, up to
+		// maxTurns of them: a request that asked not to wait does not wait
+		// an hour behind a hundred others.
+		tt *= time.Duration(1 + min(out.ahead, maxTurns-1))
 		if out.Budget == 0 || tt < out.Budget {
 			out.Budget = tt
 		}

@@ -192,6 +192,31 @@ func TestMayNotWaitBudgets(t *testing.T) {
 			t.Fatalf("saturated with a saturated budget of 0: %+v %q, want refused at once, saying why", y.out, y.out.Message())
 		}
 
+		// A spare slot torn down, then handed to a tenant (the warm pool's
+		// order), is counted back once at its release.
+		one, err := ParseQuotas([]byte(`{"alice": {"maxSessions": 1}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := newHarness(t, Options{Limit: 3, Quotas: one})
+		held := hs.acquireReq(Request{ID: "H", Tenant: "alice"})
+		spare := hs.q.Spare(1)
+		spare.Releasing()
+		spare.Assign("alice")
+		spare.Release()
+		// alice's one session is deleted; her next, at once, waits for it.
+		held.slot.Releasing()
+		e := hs.acquireReq(Request{ID: "E", Tenant: "alice", NoWait: true})
+		if e.finished() {
+			t.Fatalf("alice's next session after her DELETE: %+v %q, want it waiting for the teardown", e.out, e.out.Message())
+		}
+		held.slot.Release()
+		synctest.Wait()
+		if !e.finished() || !e.out.Admitted {
+			t.Fatalf("after the teardown: %+v", e.out)
+		}
+		e.slot.Release()
+
 		// Behind other requests for their turns, a request may wait a turn
 		// for each of them and its own.
 		hb := newHarness(t, Options{Limit: 5, Timeout: time.Hour, Gate: &fakeGate{}, TurnTimeout: time.Minute})

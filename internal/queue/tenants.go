@@ -262,6 +262,9 @@ func (s *Slot) Assign(tenant string) {
 	}
 	s.tenant = s.q.tenantLocked(tenant)
 	s.tenant.admitLocked()
+	if s.releasing.Load() {
+		s.tenant.releasing++ // as Release will take it back
+	}
 }
 
 // TenantStats is one tenant's share of the grid now.

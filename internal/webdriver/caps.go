@@ -457,6 +457,7 @@ func mergeOptions(layers ...*optionsLayer) (Options, error) {
 	}
 	slices.Sort(o.Ignored)
 	o.Ignored = slices.Compact(o.Ignored)
+	err := videoDefaults(sizeKey, &o)
 	// Each layer was bounded; their merge is too.
 	if len(o.Labels) > maxLabels {
 		return o, argErr("labels has %d entries between its layers: at most %d", len(o.Labels), maxLabels)
@@ -464,7 +465,7 @@ func mergeOptions(layers ...*optionsLayer) (Options, error) {
 	if n := envBytes(o.Env); n > maxEnvBytes {
 		return o, argErr("env holds %d bytes: at most %d in all (a process's environment and arguments share about 2 MiB)", n, maxEnvBytes)
 	}
-	return o, videoDefaults(sizeKey, &o)
+	return o, err
 }
 
 func envBytes(env []string) int {
@@ -820,9 +821,10 @@ func checkScreen(key string, o *Options) error {
 }
 
 // videoCodecs are the encoders a client may ask of the recorder (ffmpeg's
-// names): those Selenoid's users ask for, all compressing. Selenoid passes
-// any name; rawvideo or ffv1 then wrote 200 MB a second to the host.
-var videoCodecs = []string{"libx264", "libx265", "h264", "hevc", "mpeg4", "libvpx", "libvpx-vp9", "vp8", "vp9", "libaom-av1", "libsvtav1"}
+// names): those Selenoid's users ask for, all compressing and fast enough
+// for a live screen. Selenoid passes any name; rawvideo or ffv1 then wrote
+// 200 MB a second to the host, and libx265 or libaom-av1 cannot keep up.
+var videoCodecs = []string{"libx264", "h264", "mpeg4", "libvpx", "libvpx-vp9", "vp8", "vp9"}
 
 // videoDefaults checks videoScreenSize (set in the layer key names) against
 // the merged options' screen, which another layer may set, and fills the
