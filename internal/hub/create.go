@@ -169,7 +169,7 @@ func (h *Hub) abandon(c *creation) {
 
 // parse reads the whole body and parses the capabilities into candidates.
 func (h *Hub) parse(c *creation) error {
-	if o := c.r.Header.Get("Origin"); o != "" && !sameOrigin(o, c.r.Host) {
+	if o := c.r.Header.Get("Origin"); o != "" && !fromOwnPage(c.r, o) {
 		return &originError{o}
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(c.w, c.r.Body, MaxNewSessionBody))

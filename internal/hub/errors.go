@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -55,21 +56,50 @@ type bodyError struct{ err error }
 func (e *bodyError) Error() string { return "reading the request body: " + e.err.Error() }
 func (e *bodyError) Unwrap() error { return e.err }
 
-// originError is a new-session request a web page of another origin sent:
-// a browser adds Origin to a page's cross-origin POST, a WebDriver client
-// never does. A page in a session's own browser, or in a developer's, could
-// otherwise fill the grid (a no-cors text/plain POST needs no preflight).
+// originError is a new-session request a web page of another origin sent
+// without a preflight: a browser adds Origin to a page's cross-origin POST,
+// a WebDriver client never does. A page in a session's own browser, or in a
+// developer's, could otherwise fill the grid (a no-cors text/plain POST
+// needs no preflight).
 type originError struct{ origin string }
 
 func (e *originError) Error() string {
-	return fmt.Sprintf("a web page of %.100q may not start sessions on this hub: WebDriver clients send no Origin header, and only a page of the hub's own origin may", e.origin)
+	return fmt.Sprintf("a web page of %.100q may not start sessions on this hub: WebDriver clients send no Origin header; a page may with Content-Type: application/json (which a browser sends cross-origin only after a preflight the hub does not grant) or from the hub's own origin", e.origin)
 }
 
-// sameOrigin reports whether origin (an Origin header) names host, the Host
-// the request came to.
-func sameOrigin(origin, host string) bool {
+// fromOwnPage reports whether a new-session request that carries an Origin
+// may go on: its body is declared JSON — a page of another origin cannot
+// send that without a CORS preflight, which the hub never grants, so a
+// browser that sent it is one the hub's own page, or a proxy's
+// (selenoid-ui's "create session"), drove — or its Origin names the Host it
+// came to, or the one a proxy in front says it came to.
+func fromOwnPage(r *http.Request, origin string) bool {
+	if mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); strings.EqualFold(strings.TrimSpace(mt), "application/json") {
+		return true
+	}
 	u, err := url.Parse(origin)
-	return err == nil && u.Host != "" && strings.EqualFold(u.Host, host)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	own := withPort(u.Host, u.Scheme)
+	for _, h := range []string{r.Host, r.Header.Get("X-Forwarded-Host")} {
+		h, _, _ = strings.Cut(h, ",") // the first proxy's
+		if h = strings.TrimSpace(h); h != "" && strings.EqualFold(withPort(h, u.Scheme), own) {
+			return true
+		}
+	}
+	return false
+}
+
+// withPort is host with the scheme's default port when it names none.
+func withPort(host, scheme string) string {
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return host
+	}
+	if scheme == "https" {
+		return net.JoinHostPort(strings.Trim(host, "[]"), "443")
+	}
+	return net.JoinHostPort(strings.Trim(host, "[]"), "80")
 }
 
 // noLauncherError is a browsers.json entry this hub has no way to run.

@@ -326,17 +326,28 @@ func (closedGate) FinishStart(int, queue.StartOutcome, time.Duration) {}
 // it came to); a page elsewhere, even one naming the hub's address with
 // another port or scheme-less, may not: a WebDriver client sends no Origin.
 func TestNewSessionFromAPage(t *testing.T) {
-	f := newFixture(t, queue.Options{Limit: 2}, Options{}, &stubLauncher{})
+	f := newFixture(t, queue.Options{Limit: 3}, Options{}, &stubLauncher{})
 	host := strings.TrimPrefix(f.srv.URL, "http://")
 	if resp, body := f.do("POST", "/session", w3cChrome, "Origin", "http://"+host); resp.StatusCode != 200 {
 		t.Fatalf("the hub's own origin: %d %v", resp.StatusCode, body)
 	}
 	for _, o := range []string{"null", "http://evil.test", "http://" + strings.Split(host, ":")[0] + ":1", host} {
-		if resp, body := f.do("POST", "/session", w3cChrome, "Origin", o); resp.StatusCode != 403 {
-			t.Errorf("Origin %q: %d %v, want 403", o, resp.StatusCode, body)
+		for _, ct := range []string{"text/plain", "", "application/x-www-form-urlencoded"} {
+			if resp, body := f.do("POST", "/session", w3cChrome, "Origin", o, "Content-Type", ct); resp.StatusCode != 403 {
+				t.Errorf("Origin %q, Content-Type %q: %d %v, want 403", o, ct, resp.StatusCode, body)
+			}
 		}
 	}
 	if st := f.q.Stats(); st.InUse != 1 {
 		t.Fatalf("slots in use %d, want the one session", st.InUse)
+	}
+	// JSON, which a page of another origin sends only after a preflight the
+	// hub does not grant (selenoid-ui's page, through its own proxy); and a
+	// proxy in front that says which Host the page saw.
+	if resp, body := f.do("POST", "/session", w3cChrome, "Origin", "http://ui.test:8080", "Content-Type", "application/json; charset=utf-8"); resp.StatusCode != 200 {
+		t.Fatalf("JSON from a page: %d %v", resp.StatusCode, body)
+	}
+	if resp, body := f.do("POST", "/session", w3cChrome, "Origin", "https://grid.test", "X-Forwarded-Host", "grid.test:443", "Content-Type", "text/plain"); resp.StatusCode != 200 {
+		t.Fatalf("a page of the origin a proxy names: %d %v", resp.StatusCode, body)
 	}
 }
