@@ -267,6 +267,11 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 // the hub's sight until the next sweep, so the call runs to its answer
 // (bounded by -service-startup-timeout) and the caller undoes it.
 func (l *Launcher) uncancelled(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok {
+		// The start's own deadline still holds: a hung engine keeps the
+		// slot no longer than it would have.
+		return context.WithDeadline(context.WithoutCancel(ctx), d)
+	}
 	return context.WithTimeout(context.WithoutCancel(ctx), l.opts.StartupTimeout)
 }
 
@@ -315,6 +320,9 @@ func (l *Launcher) create(ctx context.Context, r launcher.Request, cname, sessio
 		host.NetworkMode = container.NetworkMode(netName)
 		host.Links = nil // application containers join the session's network instead
 		netCfg = &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{netName: {}}}
+	}
+	if err := ctx.Err(); err != nil {
+		return fail("creating the container", err)
 	}
 	cctx, cancel := l.uncancelled(ctx)
 	created, err := l.engine.ContainerCreate(cctx, cfg, host, netCfg, nil, cname)

@@ -119,11 +119,12 @@ func (i *instance) finishVideo(ctx context.Context) (string, error) {
 	if final == "" {
 		final = launcher.SafeName(id) + path.Ext(rec.file)
 	}
-	// A recorder no longer running exited by itself (a codec its ffmpeg
-	// lacks, no display) or was killed before the session ended: its file
-	// has no index, and no player opens it. Say so; publish nothing.
-	if ci, err := l.engine.ContainerInspect(ctx, rec.id); err == nil && ci.State != nil && !ci.State.Running && ci.State.ExitCode != 0 {
-		return final, fmt.Errorf("video %s: the recorder had exited with code %d before the session ended, so nothing is kept; its last output: %s", final, ci.State.ExitCode, i.recorderTail(ctx))
+	// A recorder killed before the session ended (SIGKILL, or out of
+	// memory) left a file without its index, which no player opens: say
+	// so, and publish nothing. One that exited by itself (its display went
+	// with a crashed browser) finished its file, which is kept.
+	if ci, err := l.engine.ContainerInspect(ctx, rec.id); err == nil && ci.State != nil && !ci.State.Running && (ci.State.ExitCode == 137 || ci.State.OOMKilled) {
+		return final, fmt.Errorf("video %s: the recorder was killed (exit code %d) before the session ended, so its file has no index and nothing is kept; its last output: %s", final, ci.State.ExitCode, i.recorderTail(ctx))
 	}
 	if err := l.engine.ContainerStop(ctx, rec.id, container.StopOptions{Signal: "SIGINT", Timeout: &timeout}); err != nil && !cerrdefs.IsNotFound(err) {
 		return "", fmt.Errorf("stopping the video recorder %s: %w", shortID(rec.id), err)

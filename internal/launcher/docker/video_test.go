@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
+
 	"github.com/websummoner/websummoner/internal/launcher"
 )
 
@@ -103,14 +105,27 @@ func TestRecorderLifecycle(t *testing.T) {
 	}
 }
 
-// A recorder killed before its session ended (or one that exited by itself)
-// left a file without its index, which was published as the session's video
-// and logged VIDEO_SAVED. Now nothing is kept, and the failure says how the
-// recorder ended and what it last wrote. A failed start keeps no video, even
-// under a videoName.
+// killedRecorder is the real engine, saying the recorder was killed: the
+// stub image that stands in for the recorder exits by itself at once, so a
+// kill cannot be timed on it.
+type killedRecorder struct{ Engine }
+
+func (e killedRecorder) ContainerInspect(ctx context.Context, id string) (container.InspectResponse, error) {
+	ci, err := e.Engine.ContainerInspect(ctx, id)
+	if err == nil && ci.State != nil && ci.Config != nil && ci.Config.Labels[LabelRole] == "recorder" {
+		ci.State.Running, ci.State.ExitCode = false, 137
+	}
+	return ci, err
+}
+
+// A recorder killed before its session ended left a file without its index,
+// which was published as the session's video and logged VIDEO_SAVED. Now
+// nothing is kept, and the failure says how the recorder ended and what it
+// last wrote (not `docker logs` of a container removed with the session). A
+// failed start keeps no video, even under a videoName.
 func TestRecorderThatEndedEarlyKeepsNothing(t *testing.T) {
 	dir := t.TempDir()
-	l, ev := newLauncher(t, Options{VideoDir: dir, VideoImage: stubImage}, nil)
+	l, ev := newLauncher(t, Options{VideoDir: dir, VideoImage: stubImage}, killedRecorder{engine})
 	r := stubRequest()
 	r.Options.EnableVideo, r.Options.VideoName = true, "killed.mp4"
 	inst, err := l.Start(context.Background(), r)
@@ -124,20 +139,14 @@ func TestRecorderThatEndedEarlyKeepsNothing(t *testing.T) {
 			recorder = c.ID
 		}
 	}
-	// The stub image, standing in for the recorder, takes none of its
-	// arguments and exits at once, as a recorder whose ffmpeg lacks the
-	// codec does; docker kill ends a running one the same way (code 137).
-	_ = exec.Command("docker", "kill", recorder).Run()
-	out, err := exec.Command("docker", "wait", recorder).CombinedOutput()
-	code := strings.TrimSpace(string(out))
-	if err != nil || code == "0" {
+	if out, err := exec.Command("docker", "wait", recorder).CombinedOutput(); err != nil {
 		t.Fatalf("docker wait: %v %s", err, out)
 	}
 	if err := inst.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	line := ev.Wait(t, "[VIDEO_FAILED]", 30*time.Second)
-	if !strings.Contains(line, "killed.mp4") || !strings.Contains(line, "exited with code "+code) || strings.Contains(line, "docker logs") {
+	if !strings.Contains(line, "killed.mp4") || !strings.Contains(line, "was killed (exit code 137)") || !strings.Contains(line, "wdstub") || strings.Contains(line, "docker logs") {
 		t.Fatalf("the failure says %q", line)
 	}
 	t.Log(line)
