@@ -252,8 +252,9 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	// start's turn, or for its slot's teardown, as long as one browser may
 	// take to start (its driver, then its first attempt at a session) or to
 	// stop.
-	startup := cmp.Or(max(c.launch.StartupTimeout, 0), launcher.DefaultStartupTimeout) + cmp.Or(max(c.hub.SessionAttemptTimeout, 0), hub.DefaultSessionAttemptTimeout)
-	c.queue.TurnTimeout = max(startup, cmp.Or(max(c.launch.StopTimeout, 0), launcher.DefaultStopTimeout))
+	launch := c.launch.WithDefaults()
+	attempt := cmp.Or(max(c.hub.SessionAttemptTimeout, 0), hub.DefaultSessionAttemptTimeout)
+	c.queue.TurnTimeout = max(launch.StartupTimeout+attempt, launch.StopTimeout)
 	c.launch.LogDir = c.logOutputDir
 	c.process.Options, c.docker.Options, c.kube.Options = c.launch, c.launch, c.launch
 	c.kube.Mem, c.kube.CPU, c.kube.SweepInterval = c.docker.Mem, c.docker.CPU, c.docker.SweepInterval

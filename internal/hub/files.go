@@ -294,20 +294,23 @@ func (h *Hub) clipboard(w http.ResponseWriter, r *http.Request) {
 
 // withDownloadDir points the browser's downloads at dir, over whatever the
 // client asked: a session's downloads go to its own directory only
-// (launcher.PinnedPrefs names the preferences).
+// (launcher.DownloadPrefs).
 func withDownloadDir(body []byte, dir string) []byte {
-	prefs := map[string]any{"download.default_directory": dir, "download.prompt_for_download": false, "savefile.default_directory": dir}
-	body = withChromium(body, func(opts map[string]any) {
-		opts["prefs"] = webdriver.Merge(asMap(opts["prefs"]), prefs)
-	})
-	firefox := map[string]any{"browser.download.dir": dir, "browser.download.folderList": 2, "browser.download.useDownloadDir": true}
-	return withBrowser(body, firefoxOptions, []string{"firefox"}, func(opts map[string]any) {
-		opts["prefs"] = webdriver.Merge(asMap(opts["prefs"]), firefox)
-	})
+	for key, prefs := range launcher.DownloadPrefs(dir) {
+		body = withBrowser(body, key, browserNames[key], func(opts map[string]any) {
+			opts["prefs"] = webdriver.Merge(asMap(opts["prefs"]), prefs)
+		})
+	}
+	return body
 }
 
-// firefoxOptions are geckodriver's capabilities.
-const firefoxOptions = "moz:firefoxOptions"
+// browserNames are, by options block, the browserNames whose driver reads
+// it; a body that names none of them gets the block only if it has one.
+var browserNames = map[string][]string{
+	"goog:chromeOptions": {"chrome", "chromium", ""},
+	"ms:edgeOptions":     {"MicrosoftEdge", "msedge"},
+	"moz:firefoxOptions": {"firefox"},
+}
 
 // withScreen sizes a Chromium-based browser's window and screen as the session's
 // screenResolution says: --window-size for a browser on a display, and
@@ -366,8 +369,8 @@ func (h *Hub) sizeWindow(c *creation, inst launcher.Instance, ds webdriver.Drive
 // withChromium edits the options of a Chromium-based browser (Chrome, Chromium,
 // Edge) in a new-session body; another browser's body is returned as it is.
 func withChromium(body []byte, edit func(opts map[string]any)) []byte {
-	body = withBrowser(body, "goog:chromeOptions", []string{"chrome", "chromium", ""}, edit)
-	return withBrowser(body, "ms:edgeOptions", []string{"MicrosoftEdge", "msedge"}, edit)
+	body = withBrowser(body, "goog:chromeOptions", browserNames["goog:chromeOptions"], edit)
+	return withBrowser(body, "ms:edgeOptions", browserNames["ms:edgeOptions"], edit)
 }
 
 // withBrowser edits a new-session body's options block key, when the body

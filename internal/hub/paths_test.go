@@ -195,8 +195,8 @@ func TestWithDownloadDir(t *testing.T) {
 	if p := fox.Capabilities.AlwaysMatch.Firefox.Prefs; p["browser.download.dir"] != "/tmp/s1" || p["browser.download.folderList"] != 2.0 || p["browser.download.useDownloadDir"] != true {
 		t.Fatalf("firefox's downloads are not the session's: %v", p)
 	}
-	// A JSONWire client's body (webdriver.DriverBody) too: before, its prefs
-	// chose where a page's downloads were written on the host.
+	// A JSONWire client's body (webdriver.DriverBody) too: its prefs must not
+	// choose where a page's downloads are written on the host.
 	var legacy struct {
 		Desired struct {
 			Chrome map[string]any `json:"goog:chromeOptions"`

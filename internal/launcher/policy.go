@@ -42,9 +42,13 @@ func envMatch(name string, patterns []string) bool {
 // neverContainerEnv are variables a client may not set even in a container
 // of its own: the hub's contract with the image (WEBSUMMONER_HUB_ADDRESSES
 // names who may reach the container's services), and Selenoid's contract
-// variables that the hub sets from checked options (SCREEN_RESOLUTION set
-// as env skipped the screen's bounds: a 12000x12000 screen took 1.3 GiB).
-var neverContainerEnv = []string{"WEBSUMMONER_*", "SCREEN_RESOLUTION", "ENABLE_VNC"}
+// variables the hub sets from options it checks (envFromOption): set as env
+// they would skip those checks, the screen's bounds among them.
+var neverContainerEnv = []string{"WEBSUMMONER_*"}
+
+// envFromOption are the variables of Selenoid's image contract the hub sets
+// from an option, by the option's name.
+var envFromOption = map[string]string{"SCREEN_RESOLUTION": "screenResolution", "ENABLE_VNC": "enableVNC"}
 
 // inContainer reports whether b runs in a container. There the container is
 // the boundary, as under Selenoid: what a client sets inside it (any env,
@@ -57,7 +61,7 @@ func inContainer(b config.Resolved) bool { return b.Browser != nil && !b.Image.I
 // clientEnvAllowed says whether a client may set name for browser b.
 func clientEnvAllowed(b config.Resolved, name string) bool {
 	if inContainer(b) {
-		return !envMatch(name, neverContainerEnv)
+		return !envMatch(name, neverContainerEnv) && envFromOption[name] == ""
 	}
 	if envMatch(name, neverClientEnv) {
 		return false
@@ -104,8 +108,8 @@ func CheckClient(b config.Resolved, o webdriver.Options, caps map[string]any) er
 	for _, kv := range o.Env {
 		name, _, _ := strings.Cut(kv, "=")
 		if !clientEnvAllowed(b, name) {
-			if inContainer(b) && (name == "SCREEN_RESOLUTION" || name == "ENABLE_VNC") {
-				return &webdriver.ArgumentError{Msg: fmt.Sprintf("env %q may not be set by a client: the hub sets it from the option %s, which it checks and shows in /status; give that instead", name, map[string]string{"SCREEN_RESOLUTION": "screenResolution", "ENABLE_VNC": "enableVNC"}[name])}
+			if opt := envFromOption[name]; inContainer(b) && opt != "" {
+				return &webdriver.ArgumentError{Msg: fmt.Sprintf("env %q may not be set by a client: the hub sets it from the option %s, which it checks and shows in /status; give that instead", name, opt)}
 			}
 			if inContainer(b) {
 				return &webdriver.ArgumentError{Msg: fmt.Sprintf("env %q may not be set by a client: WEBSUMMONER_* variables are the hub's own contract with the image (docs/security.md)", name)}
@@ -167,7 +171,7 @@ func choosesWhatRuns(b config.Resolved, caps map[string]any) string {
 			continue // the hub's own options are checked where they are read, and never reach the driver
 		}
 		for _, k := range []string{"binary", "debuggerAddress", "androidPackage", "androidDeviceSerial", browserState[key]} {
-			if _, ok := opts[k]; ok {
+			if _, ok := opts[k]; ok && k != "" {
 				return fmt.Sprintf("%q.%s", key, k)
 			}
 		}
@@ -177,7 +181,6 @@ func choosesWhatRuns(b config.Resolved, caps map[string]any) string {
 			name, _, _ := strings.Cut(strings.TrimLeft(s, "-"), "=")
 			if slices.Contains(chooseWhatRuns, "--"+strings.ToLower(name)) || strings.EqualFold(name, "profile") ||
 				namesHostPath(s) && !strings.EqualFold(name, "ignore-certificate-errors-spki-list") { // base64 hashes, which may begin with '/'
-
 				return fmt.Sprintf("%q.args %q", key, s)
 			}
 		}
@@ -192,7 +195,7 @@ func choosesWhatRuns(b config.Resolved, caps map[string]any) string {
 		if !browserBlocks[key] {
 			continue // a cloud's or a client library's options (sauce:options, wdio:…): no browser reads them
 		}
-		pinned := pinnedPrefs[key]
+		pinned := pinnedPrefs(key)
 		for k, v := range opts {
 			switch k {
 			case "args", "env", "extensions": // checked above, or base64
@@ -216,22 +219,33 @@ var browserBlocks = map[string]bool{"goog:chromeOptions": true, "chromeOptions":
 // profile carries a user.js whose preferences no scan sees.
 var browserState = map[string]string{"moz:firefoxOptions": "profile"}
 
-// pinnedPrefs are, for each block the hub edits (forInstance), the
-// preferences it sets over a client's for a local driver: its downloads go
-// to the session's own directory. A JSONWire chromeOptions reaches the
-// driver as goog:chromeOptions.
-var pinnedPrefs = map[string][]string{
-	"goog:chromeOptions": {"download.default_directory", "savefile.default_directory"},
-	"chromeOptions":      {"download.default_directory", "savefile.default_directory"},
-	"ms:edgeOptions":     {"download.default_directory", "savefile.default_directory"},
-	"moz:firefoxOptions": {"browser.download.dir"},
+// DownloadPrefs are the preferences, by options block, that the hub sets
+// over a client's for a local driver: its downloads go to dir, the
+// session's own directory, and nowhere else.
+func DownloadPrefs(dir string) map[string]map[string]any {
+	chromium := map[string]any{"download.default_directory": dir, "download.prompt_for_download": false, "savefile.default_directory": dir}
+	return map[string]map[string]any{
+		"goog:chromeOptions": chromium,
+		"ms:edgeOptions":     chromium,
+		"moz:firefoxOptions": {"browser.download.dir": dir, "browser.download.folderList": 2, "browser.download.useDownloadDir": true},
+	}
+}
+
+// pinnedPrefs are the preferences the hub sets in block key (DownloadPrefs):
+// not the client's. A JSONWire chromeOptions reaches the driver as
+// goog:chromeOptions.
+func pinnedPrefs(key string) map[string]any {
+	if key == "chromeOptions" {
+		key = "goog:chromeOptions"
+	}
+	return DownloadPrefs("")[key]
 }
 
 // hostPathIn names the first string under v, at path, that names a place of
 // the host's file system (minidumpPath, a preference naming a directory, a
 // log file), or returns "". A preference the hub pins (of pinned, at the
 // block's top-level prefs) is not the client's.
-func hostPathIn(v any, path string, pinned []string) string {
+func hostPathIn(v any, path string, pinned map[string]any) string {
 	switch t := v.(type) {
 	case string:
 		if namesHostPath(t) {
@@ -239,7 +253,7 @@ func hostPathIn(v any, path string, pinned []string) string {
 		}
 	case map[string]any:
 		for k, x := range t {
-			if strings.HasSuffix(path, ".prefs") && slices.Contains(pinned, k) {
+			if _, ok := pinned[k]; ok && strings.HasSuffix(path, ".prefs") {
 				continue
 			}
 			if at := hostPathIn(x, path+"."+k, pinned); at != "" {

@@ -454,6 +454,14 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 	return q.queueLocked(ctx, r, now, out)
 }
 
+// mayNotWaitReason is why a request that may not wait for a slot is refused.
+func (q *Queue) mayNotWaitReason() Reason {
+	if q.opts.Disabled {
+		return ReasonDisabled
+	}
+	return ReasonNoWait
+}
+
 // maxTurns bounds the start turns a request that may not wait waits for.
 const maxTurns = 10
 
@@ -469,10 +477,7 @@ const maxTurns = 10
 // session), or parallel jobs on a hub that has just started, would fail
 // where Selenoid starts them.
 func (q *Queue) mayNotWaitLocked(ctx context.Context, r Request, t *tenant, now time.Time, out Outcome) (*Slot, Outcome, *Waiting) {
-	reason := ReasonNoWait
-	if q.opts.Disabled {
-		reason = ReasonDisabled
-	}
+	reason := q.mayNotWaitReason()
 	out.free = q.opts.Limit - q.inUse + q.releasing
 	out.ahead = q.waiters.Len()
 	switch {
@@ -607,10 +612,8 @@ func (q *Queue) settle(ctx context.Context, r Request, w *waiter, out Outcome) (
 		return nil, q.cancelled(out, r)
 	}
 	switch {
-	case out.turn && q.opts.Disabled:
-		return nil, q.refuseLocked(r, out, ReasonDisabled)
 	case out.turn:
-		return nil, q.refuseLocked(r, out, ReasonNoWait)
+		return nil, q.refuseLocked(r, out, q.mayNotWaitReason())
 	case out.State == Saturated:
 		return nil, q.refuseLocked(r, out, ReasonShed)
 	}

@@ -822,8 +822,8 @@ func checkScreen(key string, o *Options) error {
 
 // videoCodecs are the encoders a client may ask of the recorder (ffmpeg's
 // names): those Selenoid's users ask for, all compressing and fast enough
-// for a live screen. Selenoid passes any name; rawvideo or ffv1 then wrote
-// 200 MB a second to the host, and libx265 or libaom-av1 cannot keep up.
+// for a live screen. Selenoid passes any name, and an uncompressed encoder
+// (rawvideo, ffv1) fills the host's disk; libx265 or libaom-av1 fall behind.
 var videoCodecs = []string{"libx264", "h264", "mpeg4", "libvpx", "libvpx-vp9", "vp8", "vp9"}
 
 // videoDefaults checks videoScreenSize (set in the layer key names) against

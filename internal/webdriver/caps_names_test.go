@@ -100,9 +100,9 @@ func TestHostsEntriesAndDNSServersAreChecked(t *testing.T) {
 }
 
 // What a session keeps of its options and /status shows to everyone is
-// bounded: a 30 MB label made each /status 30 MB (a gigabyte of the hub's
-// memory under eight callers), and a 200 KB env entry failed the driver's
-// exec (E2BIG) as a start failure. Each is refused, naming the option.
+// bounded: an unbounded label makes every /status as large, and an env
+// entry past what a process's environment holds fails the driver's exec
+// (E2BIG) as a start failure. Each is refused, naming the option.
 func TestKeptOptionsAreBounded(t *testing.T) {
 	many := func(n int) map[string]any {
 		m := map[string]any{}

@@ -265,7 +265,7 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 // uncancelled is ctx for a call that makes something on the engine: a
 // cancelled call may still make it there after the hub gave up on it, out of
 // the hub's sight until the next sweep, so the call runs to its answer
-// (bounded by -service-startup-timeout) and the caller undoes it.
+// (within the start's own deadline) and the caller undoes it.
 func (l *Launcher) uncancelled(ctx context.Context) (context.Context, context.CancelFunc) {
 	if d, ok := ctx.Deadline(); ok {
 		// The start's own deadline still holds: a hung engine keeps the

@@ -592,9 +592,8 @@ func (e *leavingEngine) ContainerCreate(ctx context.Context, config *container.C
 }
 
 // A client that leaves while its container is being made leaves nothing
-// behind once Start has returned: before, the container (and its session's
-// network) stayed until the next sweep, 30 s later, and Docker's address
-// pools hold about 30 networks.
+// behind once Start has returned: left to the next sweep, containers and
+// session networks pile up, and Docker's address pools are small.
 func TestClientLeavingDuringCreateLeavesNothing(t *testing.T) {
 	ctx, leave := context.WithCancel(context.Background())
 	defer leave()

@@ -118,11 +118,11 @@ func (e killedRecorder) ContainerInspect(ctx context.Context, id string) (contai
 	return ci, err
 }
 
-// A recorder killed before its session ended left a file without its index,
-// which was published as the session's video and logged VIDEO_SAVED. Now
-// nothing is kept, and the failure says how the recorder ended and what it
-// last wrote (not `docker logs` of a container removed with the session). A
-// failed start keeps no video, even under a videoName.
+// A recorder killed before its session ended leaves a file without its
+// index, which no player opens: nothing is kept, and the failure says how
+// the recorder ended and what it last wrote (not `docker logs` of a
+// container removed with the session). A failed start keeps no video, even
+// under a videoName.
 func TestRecorderThatEndedEarlyKeepsNothing(t *testing.T) {
 	dir := t.TempDir()
 	l, ev := newLauncher(t, Options{VideoDir: dir, VideoImage: stubImage}, killedRecorder{engine})

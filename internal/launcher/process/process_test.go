@@ -467,9 +467,9 @@ func TestCaptureDriverLogs(t *testing.T) {
 
 // A helper that left the process group and exits by itself when its driver
 // does — Chromium's crash handler, when its browser quits — is a zombie by
-// the time Stop looks: its marker can no longer be read, so it was left, a
-// zombie of the hub for good (a hundred after sixty real sessions). Stop
-// reaps it, and so does the next Start, for one that exits later still.
+// the time Stop looks: its marker can no longer be read, and nothing else
+// would ever reap it. Stop reaps it, and so does the next Start, for one
+// that exits later still.
 func TestStopReapsHelpersThatExitedThemselves(t *testing.T) {
 	l := newLauncher(t, Options{})
 	for _, end := range []string{"Stop", "the next Start"} {
