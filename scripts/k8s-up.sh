@@ -60,8 +60,9 @@ t0=$SECONDS
 
 # --- what the machine needs ------------------------------------------------
 # iptables: kube-proxy's Service rules; conntrack: kube-proxy clears stale
-# UDP flows with it; socat: cri-dockerd's kubectl port-forward; openssl: the
-# certificates below. Installed only when missing, as scripts/deps.sh does.
+# UDP flows with it; socat: cri-dockerd's kubectl port-forward, and the check
+# below that cri-dockerd listens; openssl: the certificates below. Installed
+# only when missing, as scripts/deps.sh does.
 need=()
 command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v conntrack >/dev/null 2>&1 || need+=(conntrack)
@@ -324,6 +325,12 @@ start kube-scheduler "$K8S" kube-scheduler \
   --leader-elect=false \
   --v=1
 
+# A socket file left by a cri-dockerd that did not stop (a killed run, a
+# machine stopped mid-run) exists before the new one listens: the new one
+# removes it only after it has connected to Docker, and a kubelet started in
+# between is refused and exits. So the file goes first, and the wait is for a
+# connection, not for the file.
+k8s_pid cri-dockerd >/dev/null || rm -f "$K8S_CRI_SOCKET"
 start cri-dockerd "$K8S_BIN/cri-dockerd" \
   --container-runtime-endpoint="unix://$K8S_CRI_SOCKET" \
   --cri-dockerd-root-directory="$K8S_DIR/cri-dockerd" \
@@ -331,7 +338,7 @@ start cri-dockerd "$K8S_BIN/cri-dockerd" \
   --docker-endpoint=unix:///var/run/docker.sock \
   --network-plugin= \
   --streaming-bind-addr=127.0.0.1:0
-wait_for 30 cri-dockerd "cri-dockerd's socket" test -S "$K8S_CRI_SOCKET"
+wait_for 30 cri-dockerd "a connection to cri-dockerd's socket" socat -u OPEN:/dev/null "UNIX-CONNECT:$K8S_CRI_SOCKET"
 
 start kube-proxy "$K8S" kube-proxy --config="$K8S_DIR/kube-proxy.yaml" --v=1
 
