@@ -415,7 +415,9 @@ func env(r Request, hubZone string) []string {
 		derived = append(derived, "TZ="+r.Options.TimeZone)
 	}
 	if r.Options.ScreenResolution != "" {
-		derived = append(derived, "SCREEN_RESOLUTION="+r.Options.ScreenResolution)
+		// Always WxHxDEPTH: aerokube's images hand it to Xvfb's -screen,
+		// which takes no screen without its depth (the X server never comes up).
+		derived = append(derived, "SCREEN_RESOLUTION="+r.Options.Screen())
 	}
 	if r.Options.EnableVNC {
 		derived = append(derived, "ENABLE_VNC=true")
