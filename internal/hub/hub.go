@@ -272,6 +272,9 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("%s %s has a \".\" or \"..\" path segment; WebDriver paths have none", r.Method, r.URL.EscapedPath()))
 		return
 	}
+	if clean, ok := selenoidPath(requestPath(r)); !ok {
+		r = withPath(r, clean)
+	}
 	if h.opts.Auth != nil && h.opts.Auth.Enabled() && !openPaths[r.URL.Path] {
 		user, ok := h.opts.Auth.User(r)
 		if !ok {
@@ -315,6 +318,46 @@ func (h *Hub) mayKnow(r *http.Request, owner string) bool {
 	}
 	u := userOf(r)
 	return owner == u || h.opts.Auth.Admin(u)
+}
+
+// selenoidPath is an escaped path as Selenoid takes it: empty segments
+// gone, and a command's trailing slash too; ok when it was already so.
+// Python's Selenium sends /wd/hub//session for a grid URL that ends in a
+// slash (Selenoid redirects it, and the client follows); and a command with a
+// trailing slash reaches no command of the driver's (Selenoid joins the path).
+func selenoidPath(path string) (clean string, ok bool) {
+	clean = path
+	for strings.Contains(clean, "//") {
+		clean = strings.ReplaceAll(clean, "//", "/")
+	}
+	if _, rest, cmd := commandPath(clean); cmd && strings.HasSuffix(rest, "/") {
+		clean = strings.TrimSuffix(clean, "/")
+	}
+	return clean, clean == path
+}
+
+// requestPath is the escaped path the client sent. The server reads a
+// target that begins with "//" as a host and a path (//session/x is host
+// "session", path "/x"): that one is taken from the request line.
+func requestPath(r *http.Request) string {
+	if strings.HasPrefix(r.RequestURI, "//") {
+		p, _, _ := strings.Cut(r.RequestURI, "?")
+		return p
+	}
+	return r.URL.EscapedPath()
+}
+
+// withPath is r with its escaped path replaced (and no host taken from a
+// path): a copy, as a handler may not change the request it was given.
+func withPath(r *http.Request, escaped string) *http.Request {
+	r2 := *r
+	u := *r.URL
+	u.Host, u.RawPath = "", escaped
+	if p, err := url.PathUnescape(escaped); err == nil {
+		u.Path = p
+	}
+	r2.URL = &u
+	return &r2
 }
 
 // dotSegment reports whether an escaped path has a segment that is "." or ".."

@@ -58,8 +58,8 @@ func TestEscapedSessionID(t *testing.T) {
 	}
 }
 
-// Dot segments, escaped or not, and empty segments are refused with a W3C body,
-// never normalised and passed on, never an empty redirect.
+// Dot segments, escaped or not, are refused with a W3C body, never
+// normalised and passed on, never an empty redirect.
 func TestOddPathsAreRefused(t *testing.T) {
 	l := &stubLauncher{bodies: make(chan []byte, 4)}
 	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
@@ -70,8 +70,6 @@ func TestOddPathsAreRefused(t *testing.T) {
 		{"GET", "/session/" + id + "/%2e%2e/%2e%2e/status"},
 		{"GET", "/session/" + id + "/../../status"},
 		{"POST", "/session/" + id + "/%2E/url"},
-		{"POST", "/wd/hub//session"},
-		{"DELETE", "//session/" + id},
 	} {
 		req, _ := http.NewRequest(c.method, f.srv.URL+c.path, strings.NewReader("{}"))
 		req.URL.Opaque = c.path // sent as written, not cleaned by the client
@@ -87,6 +85,68 @@ func TestOddPathsAreRefused(t *testing.T) {
 	}
 	if f.sess.Len() != 1 {
 		t.Fatal("an odd path ended the session")
+	}
+}
+
+// Paths as Selenoid takes them: Python's Selenium, given a grid URL that ends
+// in a slash, sends /wd/hub//session and //session/{id}/…; a command with a
+// trailing slash reaches the driver's command, not its 404.
+func TestEmptySegmentsAndTrailingSlashes(t *testing.T) {
+	seen := make(chan string, 8)
+	l := &stubLauncher{wrap: func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != "POST" || r.URL.Path != "/session" {
+				seen <- r.Method + " " + r.URL.EscapedPath()
+			}
+			h.ServeHTTP(w, r)
+		})
+	}}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	send := func(method, path, body string) (int, string) {
+		t.Helper()
+		// The request line as written: Go's client sends a path that
+		// begins with "//" as an absolute URL.
+		conn, err := net.Dial("tcp", strings.TrimPrefix(f.srv.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", method, path, len(body), body)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(data)
+	}
+	code, data := send("POST", "/wd/hub//session", w3cChrome)
+	if code != 200 {
+		t.Fatalf("POST /wd/hub//session: %d %s", code, data)
+	}
+	var created struct{ Value struct{ SessionID string } }
+	if err := json.Unmarshal([]byte(data), &created); err != nil || created.Value.SessionID == "" {
+		t.Fatalf("%v %s", err, data)
+	}
+	id := created.Value.SessionID
+	for _, c := range []struct{ method, path, want string }{
+		{"GET", "/wd/hub//session/" + id + "/title", "GET /session/" + id + "/title"},
+		{"POST", "/session/" + id + "/url/", "POST /session/" + id + "/url"},
+		{"GET", "//session/" + id + "//window//handles//", "GET /session/" + id + "/window/handles"},
+	} {
+		if code, data := send(c.method, c.path, "{}"); code != 200 {
+			t.Fatalf("%s %s: %d %s", c.method, c.path, code, data)
+		}
+		if got := <-seen; got != c.want {
+			t.Errorf("%s %s reached the driver as %s, want %s", c.method, c.path, got, c.want)
+		}
+	}
+	if code, data := send("DELETE", "//wd/hub//session/"+id, ""); code != 200 {
+		t.Fatalf("DELETE: %d %s", code, data)
+	}
+	f.ev.Wait(t, "[SESSION_DELETED]", time.Minute)
+	if f.sess.Len() != 0 || f.q.Stats().InUse != 0 {
+		t.Fatal("DELETE //wd/hub//session/{id} left the session")
 	}
 }
 
