@@ -229,6 +229,9 @@ func (h *Hub) check(c *creation) error {
 	if len(c.opts.Ignored) > 0 {
 		logtag.Event(h.log, slog.LevelDebug, c.id, "IGNORED_OPTIONS", strings.Join(c.opts.Ignored, ", "))
 	}
+	if err := webdriver.CheckDefaults(c.caps, c.w3c, c.browser.Caps); err != nil {
+		return err
+	}
 	if err := launcher.CheckClient(c.browser, c.opts, c.caps); err != nil {
 		return err
 	}

@@ -83,6 +83,8 @@ func createErrorCases() []createErrorCase {
 			status: 400, code: "invalid argument", msg: "no screen to record", tag: "BAD_REQUEST"},
 		{name: "the client chooses the browser binary", phase: phaseCheck, body: `{"capabilities":{"alwaysMatch":{"browserName":"chrome","goog:chromeOptions":{"binary":"/tmp/evil"}}}}`,
 			status: 400, code: "invalid argument", msg: "allowClientBinary", tag: "BAD_REQUEST"},
+		{name: "a value that would remove an object or array browsers.json gives (`\"goog:chromeOptions\": \"x\"`)", phase: phaseCheck, body: `{"capabilities":{"alwaysMatch":{"browserName":"chrome","goog:chromeOptions":{"args":"--kiosk"}}}}`,
+			status: 400, code: "invalid argument", msg: "goog:chromeOptions.args must be a JSON array", tag: "BAD_REQUEST"},
 		{name: "engine unreachable, found before queueing", phase: phaseCheck, body: chrome,
 			prep: func(t *testing.T, f *fixture) {
 				f.hub.launchers.Process = checkLauncher{f.l, &launcher.StartError{Phase: launcher.PhaseStart, Browser: "chrome 128.0", Engine: true, Down: true, Msg: "the Docker engine is unreachable (injected)"}}

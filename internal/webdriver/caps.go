@@ -259,6 +259,8 @@ func jsonType(v any) string {
 		return "an array"
 	case map[string]any:
 		return "an object"
+	case string:
+		return "a string"
 	}
 	return fmt.Sprintf("%T", v)
 }
@@ -616,6 +618,52 @@ func readOptions(src map[string]any, key string, checkKeys bool) (Options, error
 // goog:chromeOptions, the name browsers.json's defaults use and chromedriver
 // reads in both modes.
 func DriverBody(merged map[string]any, w3c bool, defaults map[string]any) []byte {
+	caps := Merge(defaults, driverCaps(merged, w3c))
+	if !w3c {
+		body, _ := json.Marshal(map[string]any{"desiredCapabilities": caps})
+		return body
+	}
+	body, _ := json.Marshal(map[string]any{"capabilities": map[string]any{"alwaysMatch": caps, "firstMatch": []any{map[string]any{}}}})
+	return body
+}
+
+// CheckDefaults refuses a client's value that would take the place of an
+// object or array browsers.json gives (goog:chromeOptions: "x", "args": "--y"):
+// the operator's defaults (a headless browser's flags, its binary) would
+// be gone from the browser, which then fails to start, or starts unlike
+// the operator set it up. A null is no value, and the default stays.
+func CheckDefaults(merged map[string]any, w3c bool, defaults map[string]any) error {
+	return checkOverlay(defaults, driverCaps(merged, w3c), "")
+}
+
+func checkOverlay(base, over map[string]any, at string) error {
+	for k, bv := range base {
+		ov, ok := over[k]
+		if !ok || ov == nil {
+			continue
+		}
+		switch b := bv.(type) {
+		case map[string]any:
+			o, ok := ov.(map[string]any)
+			if !ok {
+				return argErr("capability %s%s must be a JSON object: browsers.json gives it one for this browser, and %s would remove it", at, k, jsonType(ov))
+			}
+			if err := checkOverlay(b, o, at+k+"."); err != nil {
+				return err
+			}
+		case []any:
+			if _, ok := ov.([]any); !ok {
+				return argErr("capability %s%s must be a JSON array: browsers.json gives one for this browser, and %s would remove it", at, k, jsonType(ov))
+			}
+		}
+	}
+	return nil
+}
+
+// driverCaps is a candidate's capabilities as a driver gets them: without
+// the hub's vendor options and the version, a JSONWire client's
+// chromeOptions as goog:chromeOptions.
+func driverCaps(merged map[string]any, w3c bool) map[string]any {
 	caps := map[string]any{}
 	for k, v := range merged {
 		switch {
@@ -635,17 +683,12 @@ func DriverBody(merged map[string]any, w3c bool, defaults map[string]any) []byte
 			delete(caps, "browserName")
 		}
 	}
-	caps = Merge(defaults, caps)
-	if !w3c {
-		body, _ := json.Marshal(map[string]any{"desiredCapabilities": caps})
-		return body
-	}
-	body, _ := json.Marshal(map[string]any{"capabilities": map[string]any{"alwaysMatch": caps, "firstMatch": []any{map[string]any{}}}})
-	return body
+	return caps
 }
 
 // Merge returns over laid on base: objects merge key by key, arrays are joined
-// without repeats (base first), and over's other values win.
+// without repeats (base first), and over's other values win but null, which
+// is no value (W3C), so base's stays.
 func Merge(base, over map[string]any) map[string]any {
 	out := maps.Clone(over)
 	if out == nil {
@@ -653,7 +696,7 @@ func Merge(base, over map[string]any) map[string]any {
 	}
 	for k, bv := range base {
 		ov, ok := out[k]
-		if !ok {
+		if !ok || ov == nil {
 			out[k] = bv
 			continue
 		}

@@ -187,6 +187,56 @@ func TestDriverBodyStripsAndMerges(t *testing.T) {
 	}
 }
 
+// A client's value does not take the place of an object or array the
+// operator's defaults give: refused, or, for null (no value), the default stays.
+func TestCheckDefaults(t *testing.T) {
+	defaults := map[string]any{"goog:chromeOptions": map[string]any{"args": []any{"--headless"}, "prefs": map[string]any{"a": 1.0}}, "acceptInsecureCerts": true}
+	for _, c := range []struct {
+		caps string
+		w3c  bool
+		err  string
+	}{
+		{caps: `{"goog:chromeOptions":{"args":["--lang=de"],"prefs":{"b":2}},"acceptInsecureCerts":false}`, w3c: true},
+		{caps: `{"goog:chromeOptions":null}`, w3c: true},
+		{caps: `{"goog:chromeOptions":{"args":null,"prefs":null}}`, w3c: true},
+		{caps: `{"goog:chromeOptions":"binary=/bin/sh"}`, w3c: true, err: "goog:chromeOptions must be a JSON object"},
+		{caps: `{"goog:chromeOptions":[]}`, w3c: true, err: "goog:chromeOptions must be a JSON object: browsers.json gives it one for this browser, and an array would remove it"},
+		{caps: `{"goog:chromeOptions":{"args":"--kiosk"}}`, w3c: true, err: "goog:chromeOptions.args must be a JSON array"},
+		{caps: `{"goog:chromeOptions":{"prefs":[1]}}`, w3c: true, err: "goog:chromeOptions.prefs must be a JSON object"},
+		// JSONWire's chromeOptions reaches the driver as goog:chromeOptions.
+		{caps: `{"chromeOptions":"x"}`, err: "goog:chromeOptions must be a JSON object"},
+	} {
+		var caps map[string]any
+		if err := json.Unmarshal([]byte(c.caps), &caps); err != nil {
+			t.Fatal(err)
+		}
+		err := CheckDefaults(caps, c.w3c, defaults)
+		var ae *ArgumentError
+		switch {
+		case c.err == "" && err != nil:
+			t.Errorf("%s: %v", c.caps, err)
+		case c.err != "" && (!errors.As(err, &ae) || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("%s: %v, want an argument error with %q", c.caps, err, c.err)
+		}
+		if err != nil {
+			continue
+		}
+		var body struct {
+			Capabilities struct {
+				AlwaysMatch map[string]any `json:"alwaysMatch"`
+			} `json:"capabilities"`
+		}
+		raw := DriverBody(caps, true, defaults)
+		if err := json.Unmarshal(raw, &body); err != nil {
+			t.Fatal(err)
+		}
+		co, _ := body.Capabilities.AlwaysMatch["goog:chromeOptions"].(map[string]any)
+		if args, _ := co["args"].([]any); len(args) == 0 || args[0] != "--headless" {
+			t.Errorf("%s: the defaults' args are gone from %s", c.caps, raw)
+		}
+	}
+}
+
 func TestWriteError(t *testing.T) {
 	rec := httptest.NewRecorder()
 	WriteError(rec, 404, ErrInvalidSessionID, "gone")
