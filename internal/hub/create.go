@@ -21,6 +21,7 @@ import (
 	"github.com/websummoner/websummoner/internal/queue"
 	"github.com/websummoner/websummoner/internal/session"
 	"github.com/websummoner/websummoner/internal/webdriver"
+	"golang.org/x/sync/semaphore"
 )
 
 // MaxNewSessionBody is the largest new-session body accepted. Capabilities can
@@ -68,17 +69,21 @@ type creation struct {
 	unhook func() bool
 
 	w3c bool // the client speaks W3C (else JSONWire)
-	// bytes is the body's length: what the capabilities it keeps while it
-	// waits weigh against -queue-max-bytes.
-	bytes    int64
-	cands    []webdriver.Candidate // until resolve has chosen one
-	asked    string                // the chosen candidate's version, as asked
-	opts     webdriver.Options     // the chosen candidate's vendor options
-	caps     map[string]any        // the chosen candidate's, merged once
-	browser  config.Resolved
-	launcher launcher.Launcher
-	slot     *queue.Slot
-	inst     launcher.Instance
+	// bytes is the body's length and webdriver.ValueCost for each of its
+	// values: what the capabilities it keeps while it waits weigh against
+	// -queue-max-bytes.
+	bytes int64
+	// reading and parsing are its shares of readBudget and parseBudget,
+	// until its candidate is chosen.
+	reading, parsing int64
+	cands            []webdriver.Candidate // until resolve has chosen one
+	asked            string                // the chosen candidate's version, as asked
+	opts             webdriver.Options     // the chosen candidate's vendor options
+	caps             map[string]any        // the chosen candidate's, merged once
+	browser          config.Resolved
+	launcher         launcher.Launcher
+	slot             *queue.Slot
+	inst             launcher.Instance
 	// registered: the registry owns inst and slot now.
 	registered bool
 	session    *session.Session
@@ -158,6 +163,7 @@ func (h *Hub) runPhases(c *creation, phases []creationPhase) bool {
 
 // abandon stops what a failed creation started and gives back its slot.
 func (h *Hub) abandon(c *creation) {
+	h.parsed(c)
 	if c.registered {
 		return
 	}
@@ -172,21 +178,117 @@ func (h *Hub) parse(c *creation) error {
 	if o := c.r.Header.Get("Origin"); o != "" && !fromOwnPage(c.r, o) {
 		return &originError{o}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(c.w, c.r.Body, MaxNewSessionBody))
+	body, err := h.readBody(c)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		return err
+	}
+	values := webdriver.CountValues(body)
+	if values <= webdriver.MaxValues { // else ParseNewSession refuses it
+		// What the parse allocates beside the body: the body copied twice
+		// on the way (the top level's and firstMatch's raw messages), its
+		// strings once, and each value decoded.
+		if err := h.take(c, h.parses, &c.parsing, 2*int64(len(body))+2*webdriver.ValueCost*int64(values)); err != nil {
 			return err
 		}
-		return &bodyError{err} // malformed chunking, a short body: answered 400
 	}
 	ns, err := webdriver.ParseNewSession(body)
 	if err != nil {
 		return err
 	}
-	c.w3c, c.bytes = ns.W3C, int64(len(body))
+	c.w3c, c.bytes = ns.W3C, int64(len(body))+webdriver.ValueCost*int64(values)
 	c.cands, err = ns.Candidates()
 	return err
+}
+
+// readBudget bounds the bytes of the new-session bodies being read at once,
+// and parseBudget what their parses allocate; each holds four of the
+// largest bodies' worth, and thousands of usual ones. A request over one
+// waits its turn, for parseWait at most. A body's share of readBudget is
+// its whole Content-Length, taken at once: a request that held part of its
+// share and waited for the rest could wait on others doing the same. A
+// chunked body, of no known length, takes it as it arrives. The parse's
+// share is taken with the body's held, and a parse waits for nothing else,
+// so the holders of a share always go on.
+const (
+	readBudget  = 4 * MaxNewSessionBody
+	parseBudget = 4 * MaxNewSessionBody
+)
+
+// parseWait bounds a new-session request's wait for its share of
+// readBudget or parseBudget: past it, 503 and Retry-After.
+const parseWait = time.Minute
+
+// readBody reads a new-session body whole, at most MaxNewSessionBody, within
+// its share of readBudget.
+func (h *Hub) readBody(c *creation) ([]byte, error) {
+	cl := c.r.ContentLength
+	if cl > MaxNewSessionBody {
+		return nil, &http.MaxBytesError{Limit: MaxNewSessionBody}
+	}
+	var buf []byte
+	if cl >= 0 {
+		if err := h.take(c, h.reads, &c.reading, cl+1); err != nil {
+			return nil, err
+		}
+		buf = make([]byte, 0, cl+1) // the +1 sees the end without growing
+	}
+	r := http.MaxBytesReader(c.w, c.r.Body, MaxNewSessionBody)
+	for {
+		if len(buf) == cap(buf) {
+			grow := max(int64(cap(buf)), 32<<10)
+			if err := h.take(c, h.reads, &c.reading, grow); err != nil {
+				return nil, err
+			}
+			buf = append(make([]byte, 0, int64(cap(buf))+grow), buf...)
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		switch {
+		case err == io.EOF:
+			return buf, nil
+		case err != nil:
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				return nil, err
+			}
+			return nil, &bodyError{err} // malformed chunking, a short body: answered 400
+		}
+	}
+}
+
+// take adds n bytes of sem to the share the creation holds in *held,
+// waiting for them if it must. The body's -body-read-timeout does not run
+// while it waits.
+func (h *Hub) take(c *creation, sem *semaphore.Weighted, held *int64, n int64) error {
+	if !sem.TryAcquire(n) {
+		clock, _ := c.r.Body.(bodyClock)
+		if clock != nil {
+			clock.PauseTimeout()
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, parseWait)
+		err := sem.Acquire(ctx, n)
+		cancel()
+		if clock != nil {
+			clock.RestartTimeout()
+		}
+		if err != nil {
+			if c.ctx.Err() != nil {
+				return errClientGone
+			}
+			return errParseBusy
+		}
+	}
+	*held += n
+	return nil
+}
+
+// parsed gives back the creation's shares of readBudget and parseBudget:
+// once a candidate is chosen, what it keeps is its capabilities, which the
+// queue counts.
+func (h *Hub) parsed(c *creation) {
+	h.reads.Release(c.reading)
+	h.parses.Release(c.parsing)
+	c.reading, c.parsing = 0, 0
 }
 
 // resolve picks the first candidate whose browser is configured, and the
@@ -216,6 +318,7 @@ func (h *Hub) resolve(c *creation) error {
 	}
 	// What a waiting request keeps is its merged capabilities, not the parse.
 	c.cands = nil
+	h.parsed(c)
 	if c.launcher = h.launcherFor(c.browser); c.launcher == nil {
 		return &noLauncherError{c.browser}
 	}

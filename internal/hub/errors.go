@@ -48,6 +48,8 @@ var (
 	errClientGone = errors.New("the client went away")
 	// errShutDown: the grace period ended while the browser was starting.
 	errShutDown = errors.New("the hub is shutting down and admits no new sessions; retry on another hub or after the restart")
+	// errParseBusy: no share of readBudget or parseBudget came within parseWait.
+	errParseBusy = fmt.Errorf("the hub is reading and parsing as many new-session bodies as it holds at once (%d MiB of bodies, %d MiB for their parses), and this one found no turn within %v; send it again", readBudget>>20, parseBudget>>20, parseWait)
 )
 
 // bodyError is a new-session body that could not be read to its end.
@@ -172,6 +174,8 @@ func (h *Hub) replyFor(err error) reply {
 		return h.refusalReply(rf.out)
 	case errors.Is(err, errShutDown):
 		rep.status, rep.retryAfter = http.StatusServiceUnavailable, h.queue.RetryAfter()
+	case errors.Is(err, errParseBusy):
+		return reply{status: http.StatusServiceUnavailable, code: webdriver.ErrSessionNotCreated, msg: err.Error(), event: "PARSE_BUSY", level: slog.LevelWarn, retryAfter: 10 * time.Second}
 	case errors.As(err, &de):
 		code, msg, ok := de.W3C()
 		if !ok || de.Status < 400 || de.Status > 599 {

@@ -16,6 +16,7 @@ import (
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/queue"
+	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
 // createErrorCase is one error a client can get from POST /session.
@@ -37,6 +38,8 @@ type createErrorCase struct {
 
 func createErrorCases() []createErrorCase {
 	const chrome = w3cChrome
+	// What chrome weighs against -queue-max-bytes.
+	chromeWeight := int64(len(chrome)) + webdriver.ValueCost*int64(webdriver.CountValues([]byte(chrome)))
 	holdSlot := func(t *testing.T, f *fixture) {
 		if resp, _ := f.do("POST", "/session", chrome); resp.StatusCode != 200 {
 			t.Fatalf("holding the slot: %d", resp.StatusCode)
@@ -65,6 +68,16 @@ func createErrorCases() []createErrorCase {
 			status: 400, code: "invalid argument", msg: "neither", tag: "BAD_REQUEST"},
 		{name: "body over 32 MiB", phase: phaseParse, body: `{"capabilities":{"alwaysMatch":{"x":"` + strings.Repeat("a", MaxNewSessionBody) + `"}}}`,
 			status: 413, code: "invalid argument", msg: "32 MiB", tag: "BAD_REQUEST"},
+		{name: "body has over 100,000 JSON values", phase: phaseParse, body: `{"capabilities":{"alwaysMatch":{"x":[` + strings.Repeat("0,", 100_000) + `0]}}}`,
+			status: 400, code: "invalid argument", msg: "at most 100000", tag: "BAD_REQUEST"},
+		{name: "the bodies being read hold 128 MiB (or their parses do), and no turn came within a minute", phase: phaseParse, body: chrome,
+			prep: func(t *testing.T, f *fixture) {
+				if !f.hub.reads.TryAcquire(readBudget) {
+					t.Fatal("the read budget is taken")
+				}
+				t.Cleanup(func() { f.hub.reads.Release(readBudget) })
+			},
+			status: 503, code: "session not created", msg: "found no turn within 1m0s", retry: true, tag: "PARSE_BUSY"},
 		{name: "no browserName", phase: phaseResolve, body: `{"capabilities":{"alwaysMatch":{}}}`,
 			status: 400, code: "invalid argument", msg: "Requested environment is not available: no browserName", tag: "ENVIRONMENT_NOT_AVAILABLE"},
 		{name: "browser not configured", phase: phaseResolve, body: `{"capabilities":{"alwaysMatch":{"browserName":"opera"}}}`,
@@ -115,13 +128,13 @@ func createErrorCases() []createErrorCase {
 			}, body: chrome,
 			status: 429, code: "session not created", msg: "-queue-max", retry: true, tag: "QUEUE_FULL"},
 		{name: "the waiters' capabilities with this request's pass -queue-max-bytes", phase: phaseAdmit,
-			queue: queue.Options{Limit: 1, Timeout: time.Minute, MaxWaitingBytes: int64(len(chrome)) + 1},
+			queue: queue.Options{Limit: 1, Timeout: time.Minute, MaxWaitingBytes: chromeWeight + 1},
 			prep: func(t *testing.T, f *fixture) {
 				holdSlot(t, f)
-				go f.do("POST", "/session", chrome) // waits its minute out, holding len(chrome) bytes
+				go f.do("POST", "/session", chrome) // waits its minute out, holding chromeWeight
 				synctest.Wait()
-				if got := f.q.Stats().WaitingBytes; got != int64(len(chrome)) {
-					t.Fatalf("the waiter holds %d bytes, want its body's %d", got, len(chrome))
+				if got := f.q.Stats().WaitingBytes; got != chromeWeight {
+					t.Fatalf("the waiter holds %d bytes, want its body's %d and %d for each of its values", got, len(chrome), webdriver.ValueCost)
 				}
 			}, body: chrome,
 			status: 429, code: "session not created", msg: "-queue-max-bytes", retry: true, tag: "QUEUE_FULL"},
@@ -218,6 +231,11 @@ func TestCreateErrorTable(t *testing.T) {
 					t.Errorf("Retry-After %q on a refusal that has none", ra)
 				}
 				checkTagged(t, f, c.tag)
+				if c.tag != "PARSE_BUSY" { // that case holds it all
+					if !f.hub.reads.TryAcquire(readBudget) || !f.hub.parses.TryAcquire(parseBudget) {
+						t.Error("the request kept its share of the read or parse budget")
+					}
+				}
 				f.hub.queue.Close()
 				f.sess.EndAll("shutdown")
 			})

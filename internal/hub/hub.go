@@ -203,6 +203,8 @@ type Hub struct {
 	side      sideChannels        // open side channels, against their caps
 	pool      *pool.Pool          // nil while -warm-pool is off
 	uploads   *semaphore.Weighted // bytes of file uploads held at once (uploadBudget)
+	reads     *semaphore.Weighted // bytes of new-session bodies being read (readBudget)
+	parses    *semaphore.Weighted // what their parses allocate (parseBudget)
 
 	started  time.Time
 	requests atomic.Uint64
@@ -222,7 +224,7 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 		logger = slog.New(slog.DiscardHandler)
 	}
 	h := &Hub{opts: opts, log: logger, queue: q, conf: conf, launchers: ls, sessions: sessions, started: time.Now(),
-		uploads: semaphore.NewWeighted(uploadBudget * opts.MaxUploadSize)}
+		uploads: semaphore.NewWeighted(uploadBudget * opts.MaxUploadSize), reads: semaphore.NewWeighted(readBudget), parses: semaphore.NewWeighted(parseBudget)}
 	// The new-session call must not follow a driver's redirects and re-post the
 	// capabilities somewhere else.
 	h.client = &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

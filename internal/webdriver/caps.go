@@ -42,9 +42,48 @@ func argErr(format string, a ...any) error { return &ArgumentError{Msg: fmt.Spri
 // an attack, not a request.
 const MaxFirstMatch = 64
 
+// MaxValues bounds the JSON values of a new-session body. Decoded, a value
+// costs up to ~100 bytes beyond its text, so a body of many tiny ones ({},
+// 0, "") takes tens of times its size in memory; real capabilities have
+// hundreds of values, and a browser extension is one string.
+const MaxValues = 100_000
+
+// ValueCost is what the hub counts for each JSON value of a body beyond its
+// bytes, for what its capabilities hold while they wait: about what a value
+// costs decoded.
+const ValueCost = 64
+
+// CountValues is an upper bound on the JSON values in body (each is
+// introduced by '[', '{', ',' or ':', or is the first), counted without
+// decoding it.
+func CountValues(body []byte) int {
+	n, in, esc := 1, false, false
+	for _, c := range body {
+		switch {
+		case esc:
+			esc = false
+		case in:
+			if c == '\\' {
+				esc = true
+			} else if c == '"' {
+				in = false
+			}
+		case c == '"':
+			in = true
+		case c == ',' || c == ':' || c == '[' || c == '{':
+			n++
+		}
+	}
+	return n
+}
+
 // ParseNewSession decodes a new-session body. Errors are *ArgumentError. Its
-// cost is one decoding of the body: candidates are merged lazily.
+// cost is one decoding of the body, of at most MaxValues values: candidates
+// are merged lazily.
 func ParseNewSession(body []byte) (*NewSession, error) {
+	if n := CountValues(body); n > MaxValues {
+		return nil, argErr("new session request body has about %d JSON values; at most %d are accepted (capabilities need far fewer: an extension is one string)", n, MaxValues)
+	}
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(body, &top); err != nil {
 		return nil, argErr("new session request body is not a JSON object: %v", err)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http/httptest"
 	"reflect"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -301,5 +303,51 @@ func wantArgumentError(t *testing.T, body, want string) {
 	var ae *ArgumentError
 	if !errors.As(err, &ae) || !strings.Contains(err.Error(), want) {
 		t.Errorf("%s: err = %v, want an ArgumentError containing %q", body, err, want)
+	}
+}
+
+// What the hub reserves for a parse, 3 × the body's bytes and 2 × ValueCost
+// for each value, covers what parsing allocates, whatever the body's shape.
+func TestParseCostIsBounded(t *testing.T) {
+	rep := func(item string, n int) string {
+		var b strings.Builder
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(strings.ReplaceAll(item, "#", strconv.Itoa(i)))
+		}
+		return b.String()
+	}
+	const n = 20_000
+	for name, body := range map[string]string{
+		"empty objects as values": `{"capabilities":{"alwaysMatch":{"a":{` + rep(`"k#":{}`, n) + `}}}}`,
+		"empty objects in array":  `{"capabilities":{"alwaysMatch":{"a":[` + rep(`{}`, n) + `]}}}`,
+		"nested objects":          `{"capabilities":{"alwaysMatch":{"a":[` + rep(`{"b":{}}`, n) + `]}}}`,
+		"empty arrays":            `{"capabilities":{"alwaysMatch":{"a":[` + rep(`[[[]]]`, n) + `]}}}`,
+		"numbers":                 `{"capabilities":{"alwaysMatch":{"a":[` + rep(`0`, n) + `]}}}`,
+		"empty strings":           `{"capabilities":{"alwaysMatch":{"a":[` + rep(`""`, n) + `]}}}`,
+		"one large string":        `{"capabilities":{"alwaysMatch":{"a":"` + strings.Repeat("x", 4<<20) + `"}}}`,
+		"escaped string":          `{"capabilities":{"alwaysMatch":{"a":"` + strings.Repeat(`\u00e9`, 1<<20) + `"}}}`,
+		"in firstMatch":           `{"capabilities":{"firstMatch":[{"a":"` + strings.Repeat("x", 4<<20) + `","b":[` + rep(`{}`, n) + `]}]}}`,
+		"JSONWire":                `{"desiredCapabilities":{"a":[` + rep(`{"b":{}}`, n) + `]}}`,
+	} {
+		b := []byte(body)
+		reserved := 3*int64(len(b)) + 2*ValueCost*int64(CountValues(b))
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		ns, err := ParseNewSession(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cands, err := ns.Candidates()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = cands[0].Caps()
+		runtime.ReadMemStats(&after)
+		if allocated := int64(after.TotalAlloc - before.TotalAlloc); allocated > reserved {
+			t.Errorf("%s: parsing allocated %d bytes, over the %d reserved for it", name, allocated, reserved)
+		}
 	}
 }
