@@ -71,6 +71,10 @@ func TestCheckClient(t *testing.T) {
 		container string
 	}{
 		{"locale", opts("LANG=de_DE.UTF-8", "LC_ALL=C", "TZ=UTC"), nil, "", ""},
+		{"zone names", webdriver.Options{TimeZone: "America/New_York", Env: []string{"TZ=:Europe/Paris", "TZ=EST5EDT,M3.2.0,M11.1.0"}}, nil, "", ""},
+		{"a zone file of the host's", opts("TZ=/etc/passwd", "TZ=UTC"), nil, `env TZ "/etc/passwd" names a file of the hub's host`, ""},
+		{"a zone file, glibc's colon", opts("TZ=:/root/x"), nil, `env TZ ":/root/x"`, ""},
+		{"a zone file, by timeZone", webdriver.Options{TimeZone: "../../../etc/passwd"}, nil, `timeZone "../../../etc/passwd"`, ""},
 		{"operator's family", opts("APP_MODE=test"), nil, "", ""},
 		{"unlisted", opts("FOO=1"), nil, `env "FOO" may not be set`, ""},
 		{"loader, even listed", opts("LD_PRELOAD=/tmp/x.so"), nil, `env "LD_PRELOAD"`, ""},

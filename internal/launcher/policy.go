@@ -98,6 +98,13 @@ func namesHostPath(arg string) bool {
 	return false
 }
 
+// zoneFile reports whether a TZ value names a file, which glibc then reads
+// as a zone: ":/path", "/path", or a way up ("..").
+func zoneFile(tz string) bool {
+	v := strings.TrimPrefix(tz, ":")
+	return namesHostPath(v) || strings.Contains(v, "..")
+}
+
 // CheckClient refuses, before the request queues, what a client may not
 // choose: for a local driver, an env variable outside the allow-list, or —
 // unless the operator set "allowClientBinary" — a capability that picks the
@@ -116,6 +123,22 @@ func CheckClient(b config.Resolved, o webdriver.Options, caps map[string]any) er
 			}
 			return &webdriver.ArgumentError{Msg: fmt.Sprintf("env %q may not be set by a client for %s, a local driver process on the hub's host: only %s%s, and never loader or search-path variables; in a container any other variable may be set (docs/security.md)",
 				name, b, strings.Join(defaultClientEnv, ", "), operatorEnv(b))}
+		}
+	}
+	if b.Browser != nil && b.Image.IsCommand() {
+		what, zones := "timeZone", []string{o.TimeZone}
+		for _, kv := range o.Env {
+			if v, ok := strings.CutPrefix(kv, "TZ="); ok {
+				zones = append(zones, v)
+			}
+		}
+		for i, tz := range zones {
+			if i > 0 {
+				what = "env TZ"
+			}
+			if zoneFile(tz) {
+				return &webdriver.ArgumentError{Msg: fmt.Sprintf("%s %.100q names a file of the hub's host for %s, a local driver process; give a zone name such as \"Europe/Paris\"", what, tz, b)}
+			}
 		}
 	}
 	if net := o.Networking(); len(net) > 0 && b.Browser != nil && b.Image.IsCommand() {
