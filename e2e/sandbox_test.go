@@ -51,6 +51,9 @@ func TestSandboxedSessionsAreApart(t *testing.T) {
 	downloads := filepath.Join(os.TempDir(), "websummoner-downloads", instance)
 	tmpBefore := nobodysTmp()
 	h := startHub(t, "-limit", "2", "-htpasswd", htpasswd, "-instance", instance)
+	if !strings.Contains(h.logs.String(), "[SANDBOX] [-process-sandbox auto: local drivers each run in a bubblewrap sandbox") {
+		t.Error("the hub did not say at its start that its local drivers are sandboxed")
+	}
 	page := pageServer(t)
 
 	alice, bob := wdUser{h, "alice"}, wdUser{h, "bob"}

@@ -377,7 +377,14 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 		c.docker.Published = published
 		c.process.Sandbox.Egress = &egress.Guard{Ports: published}
 	}
-	if c.process.Sandbox == nil && c.auth.File == "" && c.processSandbox != "off" {
+	// Which one is in force is said at every start: it is what keeps users'
+	// local browsers apart.
+	switch {
+	case c.process.Sandbox != nil:
+		logtag.Event(p.log, slog.LevelInfo, "", "SANDBOX", fmt.Sprintf("-process-sandbox %s: local drivers each run in a bubblewrap sandbox of their own", c.processSandbox))
+	case c.processSandbox == "off":
+		logtag.Event(p.log, slog.LevelInfo, "", "NO_SANDBOX", "-process-sandbox off: local drivers run as the hub's user, on its loopback, and users can reach each other's browsers")
+	default:
 		logtag.Event(p.log, slog.LevelInfo, "", "NO_SANDBOX", "local drivers run as the hub's user, on its loopback: fit for one user (-process-sandbox on, or -htpasswd, sandboxes them)")
 	}
 	c.process.ReadyTransport, c.docker.ReadyTransport = drivers, drivers
