@@ -416,6 +416,7 @@ func (h *Hub) routes() *mux.Router {
 		sr.HandleFunc("/session/{id}", h.proxyCommand)
 		sr.PathPrefix("/session/{id}/").HandlerFunc(h.proxyCommand) // "/session/{id}/" itself
 	}
+	r.HandleFunc("/logs", toListing).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/logs/", h.logs)
 	r.HandleFunc("/logs/{name}", h.logs)
 	// Selenoid lists at /download/{id} too, and takes /clipboard/{id}/: its
@@ -429,6 +430,7 @@ func (h *Hub) routes() *mux.Router {
 	r.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently)).Methods(http.MethodGet)
 	r.HandleFunc("/ui/state", h.uiState).Methods(http.MethodGet)
 	r.PathPrefix("/ui/").Handler(h.uiStatic()).Methods(http.MethodGet, http.MethodHead)
+	r.HandleFunc("/video", toListing).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/video/", h.video)
 	r.HandleFunc("/video/{name}", h.video)
 	r.HandleFunc("/devtools/{id}", h.devtools)
@@ -464,6 +466,16 @@ func (h *Hub) routes() *mux.Router {
 func probeOptions(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Allow", "GET, HEAD, OPTIONS")
 	w.WriteHeader(http.StatusOK)
+}
+
+// toListing sends /logs and /video, as bookmarks and scripts for Selenoid
+// spell them, to their listings, as Selenoid does.
+func toListing(w http.ResponseWriter, r *http.Request) {
+	to := r.URL.EscapedPath() + "/"
+	if r.URL.RawQuery != "" {
+		to += "?" + r.URL.RawQuery
+	}
+	http.Redirect(w, r, to, http.StatusTemporaryRedirect)
 }
 
 // downloadsNoSlash is the download listing asked for without its trailing

@@ -149,3 +149,26 @@ func TestDownloadDirIsTheBoundary(t *testing.T) {
 		t.Errorf("the upload reached outside the download directory: %v", entries)
 	}
 }
+
+// /logs and /video without their slash lead to the listings, as on Selenoid,
+// the query kept.
+func TestListingsWithoutSlash(t *testing.T) {
+	dir := t.TempDir()
+	f := newFixture(t, queue.Options{Limit: 1}, Options{LogDir: dir, VideoDir: dir}, &stubLauncher{})
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for path, want := range map[string]string{"/logs": "/logs/", "/video?json": "/video/?json"} {
+		resp, err := noFollow.Get(f.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTemporaryRedirect || resp.Header.Get("Location") != want {
+			t.Errorf("GET %s: %d to %q, want 307 to %q", path, resp.StatusCode, resp.Header.Get("Location"), want)
+		}
+	}
+	if resp, err := http.Get(f.srv.URL + "/video?json"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /video?json followed: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+}
