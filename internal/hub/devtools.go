@@ -173,6 +173,13 @@ func (h *Hub) devtoolsSocket(w http.ResponseWriter, r *http.Request, s *session.
 // pointing at the hub, so a client that follows them stays behind it.
 func (h *Hub) devtoolsJSON(w http.ResponseWriter, r *http.Request, s *session.Session, dt *url.URL, path string) {
 	data, err := h.fetchDevTools(r.Context(), dt, path)
+	if errors.Is(err, errAerokubeDevTools) {
+		// It answered, with no JSON: there is nothing to pass on (Selenoid
+		// passes its empty 200), and the browser is not down.
+		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation,
+			fmt.Sprintf("session %s's image runs aerokube's devtools, which has no /%s: open a WebSocket to /devtools/%s/browser or /devtools/%s/page instead", s.ID, path, s.ID, s.ID))
+		return
+	}
 	if err != nil {
 		h.sideChannelDown(w, s, "DevTools", dt, err)
 		return

@@ -154,3 +154,25 @@ func TestDevToolsThroughHub(t *testing.T) {
 	}
 	f.do("DELETE", "/session/"+id, "")
 }
+
+// aerokube's devtools program (their images' port 7070) answers /json/version
+// and /json/list with an empty 200: the client is told to use the sockets,
+// and the session is not taken for down.
+func TestAerokubeDevToolsHasNoJSON(t *testing.T) {
+	dt := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(dt.Close)
+	dtURL, _ := url.Parse(dt.URL)
+	l := &stubLauncher{sides: func(e *launcher.Endpoints) { e.DevTools = dtURL }}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	for _, p := range []string{"json/version", "json/list"} {
+		resp, body := f.do("GET", "/devtools/"+id+"/"+p, "")
+		if code, msg := errOf(body); resp.StatusCode != 404 || code != "unsupported operation" || !strings.Contains(msg, "/devtools/"+id+"/browser") {
+			t.Errorf("%s: %d %q %q", p, resp.StatusCode, code, msg)
+		}
+	}
+	if f.sess.Len() != 1 {
+		t.Fatal("the session ended")
+	}
+}

@@ -266,7 +266,9 @@ func (h *Hub) Start() {
 
 // ServeHTTP serves every endpoint.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	h.requests.Add(1)
+	if !monitoring[r.URL.Path] {
+		h.requests.Add(1)
+	}
 	if dotSegment(r.URL.EscapedPath()) {
 		// Never normalised and passed on: /session/A/%2e%2e/%2e%2e/status must not
 		// reach the driver's /status, nor another session's path.
@@ -295,6 +297,11 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.router.ServeHTTP(w, r)
 }
+
+// monitoring are the paths that /ping's numRequests does not count, as
+// Selenoid counts none of them: what dashboards and probes poll would
+// swamp what clients ask.
+var monitoring = map[string]bool{"/ping": true, "/status": true, "/wd/hub/status": true, "/healthz": true, "/readyz": true, "/metrics": true, "/ui/state": true}
 
 // openPaths are served without authentication: probes and Prometheus's scrape.
 var openPaths = map[string]bool{"/metrics": true, "/ping": true, "/healthz": true, "/readyz": true}

@@ -513,6 +513,17 @@ func TestStatusEndpoints(t *testing.T) {
 	if ping["version"] != "v-test" || ping["numRequests"].(float64) < 4 || ping["uptime"] == nil || ping["lastReloadTime"] == nil {
 		t.Fatalf("ping %v", ping)
 	}
+	// What monitoring polls is not counted, as by Selenoid; a client's request is.
+	for _, p := range []string{"/status", "/wd/hub/status", "/ping", "/healthz"} {
+		f.do("GET", p, "")
+	}
+	if _, again := f.do("GET", "/ping", ""); again["numRequests"] != ping["numRequests"] {
+		t.Fatalf("numRequests %v after polling, was %v", again["numRequests"], ping["numRequests"])
+	}
+	f.do("GET", "/session/unknown/url", "")
+	if _, again := f.do("GET", "/ping", ""); again["numRequests"].(float64) != ping["numRequests"].(float64)+1 {
+		t.Fatalf("numRequests %v after a command, was %v", again["numRequests"], ping["numRequests"])
+	}
 	if resp, _ := f.do("GET", "/healthz", ""); resp.StatusCode != 200 {
 		t.Fatal("healthz")
 	}
