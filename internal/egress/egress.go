@@ -18,6 +18,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -173,7 +174,27 @@ func (p *Proxy) failed(w http.ResponseWriter, r *http.Request, err error) {
 		http.Error(w, refused.Error(), http.StatusForbidden)
 		return
 	}
-	http.Error(w, fmt.Sprintf("websummoner: this session's proxy could not reach %s: %v", r.Host, err), http.StatusBadGateway)
+	http.Error(w, fmt.Sprintf("websummoner: this session's proxy could not reach %s: %s", r.Host, why(err)), http.StatusBadGateway)
+}
+
+// why says what became of a connection out, in words a page may see: the
+// error itself names the hub's own addresses and ports.
+func why(err error) string {
+	var ne net.Error
+	var dns *net.DNSError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return "the connection was closed before an answer"
+	case errors.Is(err, errUnresolved), errors.As(err, &dns):
+		return "the name does not resolve"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "no answer in time"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "no route to it"
+	}
+	return "the connection failed"
 }
 
 // tunnel answers CONNECT: it dials the destination, if allowed, and relays

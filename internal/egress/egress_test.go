@@ -231,8 +231,19 @@ func TestProxy(t *testing.T) {
 			t.Errorf("GET %s: %d %q, want 403 saying %q", c.url, code, body, c.why)
 		}
 	}
-	if code, body := get("http://nowhere.test/"); code != 502 || !strings.Contains(body, "could not resolve") {
+	if code, body := get("http://nowhere.test/"); code != 502 || !strings.Contains(body, "nowhere.test: the name does not resolve") {
 		t.Errorf("an unknown name: %d %q", code, body)
+	}
+
+	// A page is told why in words, not the hub's own addresses and ports.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unused := l.Addr().String()
+	l.Close() // a port nothing listens on now
+	if code, body := get("http://" + unused + "/"); code != 502 || !strings.Contains(body, "connection refused") || strings.Contains(body, "->") {
+		t.Errorf("a port nothing listens on: %d %q", code, body)
 	}
 
 	// CONNECT, by hand: the client's first bytes ride with its request.

@@ -13,6 +13,9 @@ import (
 	"github.com/websummoner/websummoner/internal/netns"
 )
 
+// errUnresolved is a destination whose name gave no address.
+var errUnresolved = errors.New("the name does not resolve")
+
 // Guard decides where a sandboxed browser's connections may go, and makes
 // them from the hub's own network namespace. It resolves a name itself,
 // checks every address the name has, and dials only the addresses it checked,
@@ -127,9 +130,9 @@ func (g *Guard) DialContext(ctx context.Context, network, addr string) (net.Conn
 	if ip, err := netip.ParseAddr(host); err == nil {
 		ips = []netip.Addr{ip}
 	} else if ips, err = g.lookup(ctx, host); err != nil {
-		return nil, fmt.Errorf("the session's proxy could not resolve %s: %w", host, err)
+		return nil, fmt.Errorf("the session's proxy could not resolve %s: %w: %w", host, errUnresolved, err)
 	} else if len(ips) == 0 {
-		return nil, fmt.Errorf("the session's proxy could not resolve %s: no address", host)
+		return nil, fmt.Errorf("the session's proxy could not resolve %s: %w: no address", host, errUnresolved)
 	}
 	attached, err := g.attached()
 	if err != nil {
