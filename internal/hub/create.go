@@ -184,10 +184,7 @@ func (h *Hub) parse(c *creation) error {
 	}
 	values := webdriver.CountValues(body)
 	if values <= webdriver.MaxValues { // else ParseNewSession refuses it
-		// What the parse allocates beside the body: the body copied twice
-		// on the way (the top level's and firstMatch's raw messages), its
-		// strings once, and each value decoded.
-		if err := h.take(c, h.parses, &c.parsing, 2*int64(len(body))+2*webdriver.ValueCost*int64(values)); err != nil {
+		if err := h.take(c, h.parses, &c.parsing, webdriver.ParseCost(body, values)); err != nil {
 			return err
 		}
 	}
@@ -201,8 +198,8 @@ func (h *Hub) parse(c *creation) error {
 }
 
 // readBudget bounds the bytes of the new-session bodies being read at once,
-// and parseBudget what their parses allocate; each holds four of the
-// largest bodies' worth, and thousands of usual ones. A request over one
+// and parseBudget what their parses allocate (webdriver.ParseCost); each
+// holds the largest body's whole cost, and thousands of usual ones. A request over one
 // waits its turn, for parseWait at most. A body's share of readBudget is
 // its whole Content-Length, taken at once: a request that held part of its
 // share and waited for the rest could wait on others doing the same. A
@@ -211,7 +208,7 @@ func (h *Hub) parse(c *creation) error {
 // so the holders of a share always go on.
 const (
 	readBudget  = 4 * MaxNewSessionBody
-	parseBudget = 4 * MaxNewSessionBody
+	parseBudget = 6 * MaxNewSessionBody
 )
 
 // parseWait bounds a new-session request's wait for its share of

@@ -70,7 +70,7 @@ func createErrorCases() []createErrorCase {
 			status: 413, code: "invalid argument", msg: "32 MiB", tag: "BAD_REQUEST"},
 		{name: "body has over 100,000 JSON values", phase: phaseParse, body: `{"capabilities":{"alwaysMatch":{"x":[` + strings.Repeat("0,", 100_000) + `0]}}}`,
 			status: 400, code: "invalid argument", msg: "at most 100000", tag: "BAD_REQUEST"},
-		{name: "the bodies being read hold 128 MiB (or their parses do), and no turn came within a minute", phase: phaseParse, body: chrome,
+		{name: "the bodies being read hold 128 MiB (or their parses 192 MiB), and no turn came within a minute", phase: phaseParse, body: chrome,
 			prep: func(t *testing.T, f *fixture) {
 				if !f.hub.reads.TryAcquire(readBudget) {
 					t.Fatal("the read budget is taken")

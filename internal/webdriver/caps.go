@@ -53,6 +53,14 @@ const MaxValues = 100_000
 // costs decoded.
 const ValueCost = 64
 
+// ParseCost bounds what ParseNewSession and a candidate's Caps allocate for
+// body, of values values (CountValues): the body copied on the way (the top
+// level's and firstMatch's raw messages), its strings decoded (a non-ASCII
+// one twice), and each value decoded.
+func ParseCost(body []byte, values int) int64 {
+	return 4*int64(len(body)) + 2*ValueCost*int64(values)
+}
+
 // CountValues is an upper bound on the JSON values in body (each is
 // introduced by '[', '{', ',' or ':', or is the first), counted without
 // decoding it.
@@ -81,6 +89,12 @@ func CountValues(body []byte) int {
 // cost is one decoding of the body, of at most MaxValues values: candidates
 // are merged lazily.
 func ParseNewSession(body []byte) (*NewSession, error) {
+	if !utf8.Valid(body) {
+		// JSON is UTF-8 (RFC 8259); decoded, each invalid byte would become
+		// a three-byte replacement character, at several times the body's
+		// size in memory.
+		return nil, argErr("new session request body is not valid UTF-8")
+	}
 	if n := CountValues(body); n > MaxValues {
 		return nil, argErr("new session request body has about %d JSON values; at most %d are accepted (capabilities need far fewer: an extension is one string)", n, MaxValues)
 	}

@@ -306,9 +306,13 @@ func wantArgumentError(t *testing.T, body, want string) {
 	}
 }
 
-// What the hub reserves for a parse, 3 × the body's bytes and 2 × ValueCost
-// for each value, covers what parsing allocates, whatever the body's shape.
+// What the hub reserves for a parse, ParseCost, covers what parsing
+// allocates, whatever the body's shape.
 func TestParseCostIsBounded(t *testing.T) {
+	// Invalid UTF-8 would decode to three bytes a byte, and then some: refused.
+	if _, err := ParseNewSession([]byte(`{"capabilities":{"alwaysMatch":{"a":"` + strings.Repeat("\xff", 1000) + `"}}}`)); err == nil || !strings.Contains(err.Error(), "UTF-8") {
+		t.Fatalf("invalid UTF-8: %v", err)
+	}
 	rep := func(item string, n int) string {
 		var b strings.Builder
 		for i := range n {
@@ -329,11 +333,12 @@ func TestParseCostIsBounded(t *testing.T) {
 		"empty strings":           `{"capabilities":{"alwaysMatch":{"a":[` + rep(`""`, n) + `]}}}`,
 		"one large string":        `{"capabilities":{"alwaysMatch":{"a":"` + strings.Repeat("x", 4<<20) + `"}}}`,
 		"escaped string":          `{"capabilities":{"alwaysMatch":{"a":"` + strings.Repeat(`\u00e9`, 1<<20) + `"}}}`,
+		"non-ASCII":               `{"capabilities":{"firstMatch":[{"a":"` + strings.Repeat("é€😀", 1<<20) + `"}]}}`,
 		"in firstMatch":           `{"capabilities":{"firstMatch":[{"a":"` + strings.Repeat("x", 4<<20) + `","b":[` + rep(`{}`, n) + `]}]}}`,
 		"JSONWire":                `{"desiredCapabilities":{"a":[` + rep(`{"b":{}}`, n) + `]}}`,
 	} {
 		b := []byte(body)
-		reserved := 3*int64(len(b)) + 2*ValueCost*int64(CountValues(b))
+		reserved := ParseCost(b, CountValues(b))
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
 		ns, err := ParseNewSession(b)
