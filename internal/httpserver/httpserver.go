@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -419,6 +420,8 @@ type deadlineBody struct {
 	rc   *http.ResponseController
 	info *conn
 	once sync.Once
+	// ended: the body's watch is over (done); the clock is not started again.
+	ended atomic.Bool
 }
 
 // PauseTimeout stops the body's clock, for a handler that makes the body
@@ -427,6 +430,9 @@ type deadlineBody struct {
 // reading slowly is shed first near the descriptor limit. RestartTimeout
 // starts it again.
 func (b *deadlineBody) PauseTimeout() {
+	if b.ended.Load() {
+		return
+	}
 	_ = b.rc.SetReadDeadline(time.Time{})
 	b.s.setReading(b.info, false) // waiting, not trickling: not shed as a slow body
 }
@@ -435,8 +441,13 @@ func (b *deadlineBody) PauseTimeout() {
 // its connection as reading: bodyDeadline starts the clock at the headers,
 // and a handler that makes a body wait its turn before reading it (the
 // hub's upload budget) starts it again, so that the wait is not charged to
-// the client.
+// the client. Once the body is read or closed, it does nothing: a deadline
+// then would cut the connection the server watches for the client leaving,
+// and take it for gone.
 func (b *deadlineBody) RestartTimeout() {
+	if b.ended.Load() {
+		return
+	}
 	_ = b.rc.SetReadDeadline(time.Now().Add(b.s.opts.BodyTimeout))
 	b.s.setReading(b.info, true)
 }
@@ -447,6 +458,7 @@ func (b *deadlineBody) RestartTimeout() {
 // Otherwise the deadline stays: the server's discard of what is left of a
 // broken body must fail fast too.
 func (b *deadlineBody) done(whole bool) {
+	b.ended.Store(true)
 	b.s.setReading(b.info, false)
 	if whole {
 		_ = b.rc.SetReadDeadline(time.Time{})

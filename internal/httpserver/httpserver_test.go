@@ -121,6 +121,38 @@ func TestBodyTimeoutRestarted(t *testing.T) {
 	resp.Body.Close()
 }
 
+// A body read whole has no clock left to restart: a handler that then waits
+// for something else (the hub's parse budget, the queue) with the
+// connection watched is not cut at BodyTimeout, nor its client taken for gone.
+func TestNoTimeoutAfterTheBody(t *testing.T) {
+	answer := make(chan string, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		clock := r.Body.(interface{ PauseTimeout(); RestartTimeout() })
+		clock.PauseTimeout()
+		clock.RestartTimeout()
+		// Three timeouts: a deadline set by the restart would have ended the
+		// request's context by then, however loaded the machine.
+		select {
+		case <-r.Context().Done():
+			answer <- "the request was cut"
+		case <-time.After(3 * time.Second):
+			answer <- "ok"
+		}
+		fmt.Fprint(w, "ok")
+	})
+	_, addr := serve(t, Options{BodyTimeout: time.Second}, h)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+	if got := <-answer; got != "ok" {
+		t.Fatal(got)
+	}
+}
+
 // An idle keep-alive connection is closed at -idle-connection-timeout.
 func TestIdleConnectionsAreClosed(t *testing.T) {
 	_, addr := serve(t, Options{IdleTimeout: 200 * time.Millisecond}, echoBody)

@@ -184,7 +184,7 @@ func (h *Hub) parse(c *creation) error {
 	}
 	values := webdriver.CountValues(body)
 	if values <= webdriver.MaxValues { // else ParseNewSession refuses it
-		if err := h.take(c, h.parses, &c.parsing, webdriver.ParseCost(body, values)); err != nil {
+		if err := h.take(c, h.parses, &c.parsing, webdriver.ParseCost(body, values), false); err != nil {
 			return err
 		}
 	}
@@ -197,19 +197,27 @@ func (h *Hub) parse(c *creation) error {
 	return err
 }
 
-// readBudget bounds the bytes of the new-session bodies being read at once,
-// and parseBudget what their parses allocate (webdriver.ParseCost); each
-// holds the largest body's whole cost, and thousands of usual ones. A request over one
-// waits its turn, for parseWait at most. A body's share of readBudget is
-// its whole Content-Length, taken at once: a request that held part of its
-// share and waited for the rest could wait on others doing the same. A
-// chunked body, of no known length, takes it as it arrives. The parse's
-// share is taken with the body's held, and a parse waits for nothing else,
-// so the holders of a share always go on.
+// readBudget bounds the bytes of the new-session bodies being read at once
+// beyond their first freeBody bytes, and parseBudget what their parses
+// allocate (webdriver.ParseCost); each holds the largest body's whole cost,
+// and thousands of usual ones. A request over one waits its turn, for
+// parseWait at most. A body takes its share of readBudget whole and at once,
+// when it is known to pass freeBody: its Content-Length, or, chunked,
+// MaxNewSessionBody. A request that held part of its share and waited for
+// the rest could wait on others doing the same. The parse's share is taken
+// once the body is read, and a parse waits for nothing else, so the holders
+// of a share always go on.
 const (
 	readBudget  = 4 * MaxNewSessionBody
 	parseBudget = 6 * MaxNewSessionBody
 )
+
+// freeBody is what any new-session body may hold without a share of
+// readBudget: every usual one fits, so neither waits behind large ones or
+// behind a client that declared a large body and sends it slowly; what
+// connections hold this way is bounded as their count is (the server sheds
+// trickling bodies near the descriptor limit).
+const freeBody = 64 << 10
 
 // parseWait bounds a new-session request's wait for its share of
 // readBudget or parseBudget: past it, 503 and Retry-After.
@@ -222,21 +230,27 @@ func (h *Hub) readBody(c *creation) ([]byte, error) {
 	if cl > MaxNewSessionBody {
 		return nil, &http.MaxBytesError{Limit: MaxNewSessionBody}
 	}
-	var buf []byte
+	limit := int64(MaxNewSessionBody + 1) // the +1 sees the end without growing again
 	if cl >= 0 {
-		if err := h.take(c, h.reads, &c.reading, cl+1); err != nil {
+		limit = cl + 1
+	}
+	if limit > freeBody && cl >= 0 {
+		if err := h.take(c, h.reads, &c.reading, limit, true); err != nil {
 			return nil, err
 		}
-		buf = make([]byte, 0, cl+1) // the +1 sees the end without growing
 	}
 	r := http.MaxBytesReader(c.w, c.r.Body, MaxNewSessionBody)
+	buf := make([]byte, 0, min(limit, 4<<10))
 	for {
 		if len(buf) == cap(buf) {
-			grow := max(int64(cap(buf)), 32<<10)
-			if err := h.take(c, h.reads, &c.reading, grow); err != nil {
-				return nil, err
+			if cl < 0 && c.reading == 0 && int64(cap(buf)) >= freeBody {
+				if err := h.take(c, h.reads, &c.reading, limit, true); err != nil {
+					return nil, err
+				}
 			}
-			buf = append(make([]byte, 0, int64(cap(buf))+grow), buf...)
+			// Grown as the bytes come: a share taken is not memory used
+			// until they do.
+			buf = append(make([]byte, 0, min(2*int64(cap(buf)), limit)), buf...)
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -254,11 +268,14 @@ func (h *Hub) readBody(c *creation) ([]byte, error) {
 }
 
 // take adds n bytes of sem to the share the creation holds in *held,
-// waiting for them if it must. The body's -body-read-timeout does not run
-// while it waits.
-func (h *Hub) take(c *creation, sem *semaphore.Weighted, held *int64, n int64) error {
+// waiting for them if it must. While it waits for a body not yet read
+// (reading), the body's -body-read-timeout does not run.
+func (h *Hub) take(c *creation, sem *semaphore.Weighted, held *int64, n int64, reading bool) error {
 	if !sem.TryAcquire(n) {
 		clock, _ := c.r.Body.(bodyClock)
+		if !reading {
+			clock = nil
+		}
 		if clock != nil {
 			clock.PauseTimeout()
 		}

@@ -68,14 +68,16 @@ func createErrorCases() []createErrorCase {
 			status: 400, code: "invalid argument", msg: "neither", tag: "BAD_REQUEST"},
 		{name: "body over 32 MiB", phase: phaseParse, body: `{"capabilities":{"alwaysMatch":{"x":"` + strings.Repeat("a", MaxNewSessionBody) + `"}}}`,
 			status: 413, code: "invalid argument", msg: "32 MiB", tag: "BAD_REQUEST"},
+		{name: "body is not valid UTF-8", phase: phaseParse, body: "{\"capabilities\":{\"alwaysMatch\":{\"browserName\":\"chrome\",\"x\":\"\xff\"}}}",
+			status: 400, code: "invalid argument", msg: "not valid UTF-8", tag: "BAD_REQUEST"},
 		{name: "body has over 100,000 JSON values", phase: phaseParse, body: `{"capabilities":{"alwaysMatch":{"x":[` + strings.Repeat("0,", 100_000) + `0]}}}`,
 			status: 400, code: "invalid argument", msg: "at most 100000", tag: "BAD_REQUEST"},
-		{name: "the bodies being read hold 128 MiB (or their parses 192 MiB), and no turn came within a minute", phase: phaseParse, body: chrome,
+		{name: "the parses under way hold 192 MiB (or the large bodies being read 128 MiB), and no turn came within a minute", phase: phaseParse, body: chrome,
 			prep: func(t *testing.T, f *fixture) {
-				if !f.hub.reads.TryAcquire(readBudget) {
-					t.Fatal("the read budget is taken")
+				if !f.hub.parses.TryAcquire(parseBudget) {
+					t.Fatal("the parse budget is taken")
 				}
-				t.Cleanup(func() { f.hub.reads.Release(readBudget) })
+				t.Cleanup(func() { f.hub.parses.Release(parseBudget) })
 			},
 			status: 503, code: "session not created", msg: "found no turn within 1m0s", retry: true, tag: "PARSE_BUSY"},
 		{name: "no browserName", phase: phaseResolve, body: `{"capabilities":{"alwaysMatch":{}}}`,

@@ -266,9 +266,6 @@ func (h *Hub) Start() {
 
 // ServeHTTP serves every endpoint.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !monitoring[r.URL.Path] {
-		h.requests.Add(1)
-	}
 	if dotSegment(r.URL.EscapedPath()) {
 		// Never normalised and passed on: /session/A/%2e%2e/%2e%2e/status must not
 		// reach the driver's /status, nor another session's path.
@@ -276,8 +273,11 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("%s %s has a \".\" or \"..\" path segment; WebDriver paths have none", r.Method, r.URL.EscapedPath()))
 		return
 	}
-	if clean, ok := selenoidPath(requestPath(r)); !ok {
+	if clean, ok := selenoidPath(r.URL.EscapedPath()); !ok {
 		r = withPath(r, clean)
+	}
+	if !monitoring[r.URL.Path] {
+		h.requests.Add(1)
 	}
 	if h.opts.Auth != nil && h.opts.Auth.Enabled() && !openPaths[r.URL.Path] {
 		user, ok := h.opts.Auth.User(r)
@@ -339,29 +339,19 @@ func selenoidPath(path string) (clean string, ok bool) {
 	for strings.Contains(clean, "//") {
 		clean = strings.ReplaceAll(clean, "//", "/")
 	}
-	if _, rest, cmd := commandPath(clean); cmd && strings.HasSuffix(rest, "/") {
+	if _, rest, cmd := commandPath(clean); cmd && strings.HasSuffix(rest, "/") && !strings.HasPrefix(rest, "aerokube/") {
+		// A side channel's listing (aerokube/download/) keeps its slash.
 		clean = strings.TrimSuffix(clean, "/")
 	}
 	return clean, clean == path
 }
 
-// requestPath is the escaped path the client sent. The server reads a
-// target that begins with "//" as a host and a path (//session/x is host
-// "session", path "/x"): that one is taken from the request line.
-func requestPath(r *http.Request) string {
-	if strings.HasPrefix(r.RequestURI, "//") {
-		p, _, _ := strings.Cut(r.RequestURI, "?")
-		return p
-	}
-	return r.URL.EscapedPath()
-}
-
-// withPath is r with its escaped path replaced (and no host taken from a
-// path): a copy, as a handler may not change the request it was given.
+// withPath is r with its escaped path replaced: a copy, as a handler may not
+// change the request it was given.
 func withPath(r *http.Request, escaped string) *http.Request {
 	r2 := *r
 	u := *r.URL
-	u.Host, u.RawPath = "", escaped
+	u.RawPath = escaped
 	if p, err := url.PathUnescape(escaped); err == nil {
 		u.Path = p
 	}

@@ -7,22 +7,37 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/websummoner/websummoner/internal/queue"
 )
 
-// A new-session body takes its share of the read budget before it is read
-// (its whole Content-Length, or step by step when chunked), waits while the
-// budget is held by others, goes on once they are done, and gives its shares
-// back once its candidate is chosen.
+// A large new-session body takes its share of the read budget whole (its
+// Content-Length, or chunked, once past what any body may hold without one)
+// and one of the parse budget once read; it waits while either is held by
+// others, goes on once they are done, and gives its shares back once its
+// candidate is chosen. A small body needs no read share.
 func TestNewSessionBodyShares(t *testing.T) {
 	ext := strings.Repeat("A", 300<<10) // a base64 extension: the chunked body grows past its first steps
-	body := `{"capabilities":{"alwaysMatch":{"browserName":"chrome","goog:chromeOptions":{"extensions":["` + ext + `"]}}}}`
-	for _, chunked := range []bool{false, true} {
+	large := `{"capabilities":{"alwaysMatch":{"browserName":"chrome","goog:chromeOptions":{"extensions":["` + ext + `"]}}}}`
+	for _, c := range []struct {
+		name    string
+		body    string
+		chunked bool
+		held    func(*Hub) (*semaphore.Weighted, int64)
+	}{
+		{"declared length, read budget", large, false, func(h *Hub) (*semaphore.Weighted, int64) { return h.reads, readBudget }},
+		{"chunked, read budget", large, true, func(h *Hub) (*semaphore.Weighted, int64) { return h.reads, readBudget }},
+		{"parse budget", large, false, func(h *Hub) (*semaphore.Weighted, int64) { return h.parses, parseBudget }},
+		{"small body, parse budget", w3cChrome, true, func(h *Hub) (*semaphore.Weighted, int64) { return h.parses, parseBudget }},
+	} {
+		body, chunked := c.body, c.chunked
 		synctest.Test(t, func(t *testing.T) {
 			f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{mem: newMemTransport()})
-			// Others' bodies hold all but a little of the budget.
-			if !f.hub.reads.TryAcquire(readBudget - 1000) {
-				t.Fatal("the read budget is taken")
+			// Others hold all but a little of the budget.
+			sem, all := c.held(f.hub)
+			if !sem.TryAcquire(all - 1000) {
+				t.Fatal("the budget is taken")
 			}
 			status := make(chan int, 1)
 			go func() {
@@ -37,15 +52,15 @@ func TestNewSessionBodyShares(t *testing.T) {
 			synctest.Wait()
 			select {
 			case code := <-status:
-				t.Fatalf("chunked %v: answered %d while the budget was held", chunked, code)
+				t.Fatalf("%s: answered %d while the budget was held", c.name, code)
 			default:
 			}
-			f.hub.reads.Release(readBudget - 1000)
+			sem.Release(all - 1000)
 			if code := <-status; code != http.StatusOK {
-				t.Fatalf("chunked %v: %d", chunked, code)
+				t.Fatalf("%s: %d", c.name, code)
 			}
 			if !f.hub.reads.TryAcquire(readBudget) || !f.hub.parses.TryAcquire(parseBudget) {
-				t.Fatalf("chunked %v: the session kept its share of the read or parse budget", chunked)
+				t.Fatalf("%s: the session kept its share of the read or parse budget", c.name)
 			}
 			f.hub.reads.Release(readBudget)
 			f.hub.parses.Release(parseBudget)
@@ -53,4 +68,16 @@ func TestNewSessionBodyShares(t *testing.T) {
 			f.sess.EndAll("shutdown")
 		})
 	}
+	// A usual body goes on while large ones hold the whole read budget.
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{mem: newMemTransport()})
+		if !f.hub.reads.TryAcquire(readBudget) {
+			t.Fatal("the read budget is taken")
+		}
+		if resp, _ := f.do("POST", "/session", w3cChrome); resp.StatusCode != http.StatusOK {
+			t.Fatalf("a small body behind large ones: %d", resp.StatusCode)
+		}
+		f.hub.queue.Close()
+		f.sess.EndAll("shutdown")
+	})
 }

@@ -104,7 +104,7 @@ func TestEmptySegmentsAndTrailingSlashes(t *testing.T) {
 	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
 	send := func(method, path, body string) (int, string) {
 		t.Helper()
-		// The request line as written: Go's client sends a path that
+		// The request line as written: Go's client would send a path that
 		// begins with "//" as an absolute URL.
 		conn, err := net.Dial("tcp", strings.TrimPrefix(f.srv.URL, "http://"))
 		if err != nil {

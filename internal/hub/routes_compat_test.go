@@ -263,8 +263,12 @@ func TestSelenoidPathSpellings(t *testing.T) {
 			t.Errorf("a browser's GET %s: %d to %q; want 301 to %q", path, resp.StatusCode, resp.Header.Get("Location"), want)
 		}
 	}
-	if resp, page := c.send(t, "GET", "/download/"+id+"/", "", "Accept", "text/html"); resp.StatusCode != 200 || !strings.Contains(page, id+".txt") {
-		t.Fatalf("GET /download/{id}/ (a browser): %d %q", resp.StatusCode, page)
+	for _, p := range []string{"/download/" + id + "/", "/wd/hub/session/" + id + "/aerokube/download/", "/session/" + id + "/aerokube/download/"} {
+		// The slash spelling is the listing, not a command's trailing slash
+		// to drop (which sent a browser round in redirects).
+		if resp, page := c.send(t, "GET", p, "", "Accept", "text/html"); resp.StatusCode != 200 || !strings.Contains(page, id+".txt") {
+			t.Fatalf("GET %s (a browser): %d %q", p, resp.StatusCode, page)
+		}
 	}
 
 	_, want := c.send(t, "GET", "/clipboard/"+id, "")

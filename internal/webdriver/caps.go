@@ -1,6 +1,7 @@
 package webdriver
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -673,11 +674,20 @@ func readOptions(src map[string]any, key string, checkKeys bool) (Options, error
 func DriverBody(merged map[string]any, w3c bool, defaults map[string]any) []byte {
 	caps := Merge(defaults, driverCaps(merged, w3c))
 	if !w3c {
-		body, _ := json.Marshal(map[string]any{"desiredCapabilities": caps})
-		return body
+		return marshal(map[string]any{"desiredCapabilities": caps})
 	}
-	body, _ := json.Marshal(map[string]any{"capabilities": map[string]any{"alwaysMatch": caps, "firstMatch": []any{map[string]any{}}}})
-	return body
+	return marshal(map[string]any{"capabilities": map[string]any{"alwaysMatch": caps, "firstMatch": []any{map[string]any{}}}})
+}
+
+// marshal encodes v without json.Marshal's HTML escaping, which writes each
+// '<', '>' and '&' as six bytes: a client's body of them would reach its
+// driver six times as large.
+func marshal(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 // CheckDefaults refuses a client's value that would take the place of an
