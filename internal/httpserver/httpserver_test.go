@@ -128,7 +128,10 @@ func TestNoTimeoutAfterTheBody(t *testing.T) {
 	answer := make(chan string, 1)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.ReadAll(r.Body)
-		clock := r.Body.(interface{ PauseTimeout(); RestartTimeout() })
+		clock := r.Body.(interface {
+			PauseTimeout()
+			RestartTimeout()
+		})
 		clock.PauseTimeout()
 		clock.RestartTimeout()
 		// Three timeouts: a deadline set by the restart would have ended the
