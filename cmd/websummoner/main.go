@@ -287,6 +287,8 @@ type program struct {
 	hub        *hub.Hub
 
 	retention []*retention.Retention // -log-retention-*, -video-retention-*
+	// reloaded is websummoner_config_last_reload_successful, by file.
+	reloaded *prometheus.GaugeVec
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -346,6 +348,16 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p.reloaded = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "websummoner_config_last_reload_successful",
+		Help: "Whether the last load of a file SIGHUP reloads (browsers.json, quotas, htpasswd) succeeded; 0: the hub runs on the file's previous content, and a restart would fail on the file as it is.",
+	}, []string{"file"})
+	reg.MustRegister(p.reloaded)
+	for file, given := range map[string]bool{"browsers.json": true, "quotas": c.quotas != "", "htpasswd": c.auth.File != ""} {
+		if given {
+			p.reloaded.WithLabelValues(file).Set(1)
+		}
+	}
 	gate, err := capacity.New(c.gate, p.log, reg)
 	if err != nil {
 		return nil, err
@@ -532,6 +544,16 @@ func (p *program) serve() int {
 	if why := exposure(ln.Addr(), p.auth.Enabled(), c.server.TLSCert != ""); why != "" {
 		logtag.Event(log, slog.LevelWarn, "", "INSECURE", why)
 	}
+	switch h := c.hub.TenantHeader; {
+	case h == "":
+	case p.auth.Enabled():
+		logtag.Event(log, slog.LevelWarn, "", "FLAG_IGNORED", "-tenant-header", "under -htpasswd a request's tenant is its user")
+	default:
+		// The hub cannot check the header: whoever reaches it directly
+		// chooses their tenant, or a new one per request, and its share.
+		logtag.Event(log, slog.LevelWarn, "", "INSECURE", "-tenant-header "+h,
+			"a request's tenant is what this header says, unchecked: keep the hub reachable only through the front that sets it, or use -htpasswd")
+	}
 	p.procs.Sweep()
 	ctx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
@@ -575,18 +597,33 @@ func (p *program) serve() int {
 }
 
 func (p *program) reload() {
-	if err := p.auth.Reload(); err != nil {
-		logtag.Event(p.log, slog.LevelWarn, "", "HTPASSWD_RELOAD_FAILED", err, "keeping the previous users")
+	took := func(file string, err error) {
+		ok := 1.0
+		if err != nil {
+			ok = 0
+		}
+		p.reloaded.WithLabelValues(file).Set(ok)
+	}
+	if p.c.auth.File != "" {
+		err := p.auth.Reload()
+		if err != nil {
+			logtag.Event(p.log, slog.LevelWarn, "", "HTPASSWD_RELOAD_FAILED", err, "keeping the previous users")
+		}
+		took("htpasswd", err)
 	}
 	if path := p.c.quotas; path != "" {
-		if q, err := queue.LoadQuotas(path); err != nil {
+		q, err := queue.LoadQuotas(path)
+		if err != nil {
 			logtag.Event(p.log, slog.LevelWarn, "", "QUOTAS_RELOAD_FAILED", err, "keeping the previous quotas")
 		} else {
 			p.queue.SetQuotas(q)
 			logtag.Event(p.log, slog.LevelInfo, "", "QUOTAS_RELOADED", fmt.Sprintf("tenants %v", q.Names()))
 		}
+		took("quotas", err)
 	}
-	if err := p.conf.Reload(); err != nil {
+	err := p.conf.Reload()
+	took("browsers.json", err)
+	if err != nil {
 		logtag.Event(p.log, slog.LevelWarn, "", "CONFIG_RELOAD_FAILED", err, "keeping the previous configuration")
 		return
 	}

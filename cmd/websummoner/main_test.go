@@ -142,7 +142,7 @@ func TestRunReloadAndShutdown(t *testing.T) {
 	pr, pw := io.Pipe()
 	code := make(chan int, 1)
 	go func() {
-		code <- run([]string{"-disable-docker", "-conf", conf, "-listen", "127.0.0.1:0", "-queue-timeout", "5m", "-instance", "cmdtest", "-enable-file-upload", "-log-conf", "x"}, io.Discard, pw)
+		code <- run([]string{"-disable-docker", "-conf", conf, "-listen", "127.0.0.1:0", "-queue-timeout", "5m", "-instance", "cmdtest", "-enable-file-upload", "-log-conf", "x", "-tenant-header", "X-Team"}, io.Discard, pw)
 		pw.Close()
 	}()
 	lines := make(chan string, 100)
@@ -175,6 +175,9 @@ func TestRunReloadAndShutdown(t *testing.T) {
 			t.Errorf("ignored-flag warning %q, want %q", line, want)
 		}
 	}
+	if line := await("[INSECURE]"); !strings.Contains(line, "[-tenant-header X-Team] [a request's tenant is what this header says, unchecked") {
+		t.Errorf("-tenant-header without -htpasswd: %q", line)
+	}
 	initLine := await("[INIT]")
 	for _, want := range []string{"queue-timeout=5m0s", "fast-threshold=15s", "keeping-up-budget=5m0s", "saturated-budget=30s"} {
 		if !strings.Contains(initLine, want) {
@@ -194,12 +197,36 @@ func TestRunReloadAndShutdown(t *testing.T) {
 	}
 	resp.Body.Close()
 
+	// What Prometheus is told of the last reload.
+	reloaded := func() string {
+		t.Helper()
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		m := regexp.MustCompile(`(?m)^websummoner_config_last_reload_successful\{file="browsers.json"\} (\S+)$`).FindSubmatch(body)
+		if m == nil {
+			t.Fatalf("no websummoner_config_last_reload_successful in /metrics")
+		}
+		return string(m[1])
+	}
+	if got := reloaded(); got != "1" {
+		t.Fatalf("at start, the config's reload metric is %s", got)
+	}
 	write(`{"stub": `)
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
 	await("[CONFIG_RELOAD_FAILED]")
+	if got := reloaded(); got != "0" {
+		t.Fatalf("after a failed reload, the metric is %s", got)
+	}
 	write(fmt.Sprintf(`{"stub": {"default": "1", "versions": {"1": {"image": [%q]}}}, "other": {"default": "2", "versions": {"2": {"image": [%q]}}}}`, stub, stub))
 	syscall.Kill(os.Getpid(), syscall.SIGHUP)
 	await("[CONFIG_RELOADED]")
+	if got := reloaded(); got != "1" {
+		t.Fatalf("after a good reload, the metric is %s", got)
+	}
 	resp, err = http.Get(base + "/status")
 	if err != nil {
 		t.Fatal(err)
