@@ -2,8 +2,10 @@ package kube
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -105,7 +107,8 @@ func TestPodSpec(t *testing.T) {
 	b.Tmpfs = map[string]string{"/tmp": "size=64m,mode=1777"}
 	b.Labels = map[string]string{"team": "web", "websummoner.instance": "forged"}
 	r := launcher.Request{ID: "7", Browser: b, Options: webdriver.Options{Name: "my test: login", TimeZone: "Europe/Berlin",
-		HostsEntries: []string{"api:10.1.1.2", "db2:10.1.1.1"}, Labels: map[string]string{"team": "client", "build": "not a label value!"}}}
+		HostsEntries: []string{"api:10.1.1.2", "db2:10.1.1.1"}, Labels: map[string]string{"team": "client", "build": "not a label value!",
+			"app": "websummoner", "container.apparmor.security.beta.kubernetes.io/browser": "localhost/x"}}}
 	pod, err := l.podSpec(r, podName("hub_A", "7-abc"), "7-abc", "10.0.0.1")
 	if err != nil {
 		t.Fatal(err)
@@ -113,11 +116,20 @@ func TestPodSpec(t *testing.T) {
 	if pod.Name != "websummoner-hub-a-7-abc" {
 		t.Errorf("name %q", pod.Name)
 	}
-	if pod.Labels[LabelInstance] != "hub_A" || pod.Labels[LabelSession] != "7-abc" || pod.Labels["team"] != "web" {
-		t.Errorf("labels %v: want the instance, the session, and the operator's over the client's", pod.Labels)
+	if len(pod.Labels) != 3 || pod.Labels[LabelInstance] != "hub_A" || pod.Labels[LabelSession] != "7-abc" || pod.Labels["team"] != "web" {
+		t.Errorf("labels %v: want the instance, the session and the operator's alone", pod.Labels)
 	}
-	if pod.Annotations["build"] != "not a label value!" || pod.Annotations[AnnotationName] != "my test: login" || pod.Annotations[AnnotationBrowser] != "chrome 1" {
+	// The client's labels are one annotation of the hub's: none is a label a
+	// Service or ReplicaSet selects by, or an annotation the kubelet reads.
+	var client map[string]string
+	if err := json.Unmarshal([]byte(pod.Annotations[AnnotationLabels]), &client); err != nil || !maps.Equal(client, r.Options.Labels) {
+		t.Errorf("the client's labels annotation %q: %v", pod.Annotations[AnnotationLabels], err)
+	}
+	if len(pod.Annotations) != 3 || pod.Annotations[AnnotationName] != "my test: login" || pod.Annotations[AnnotationBrowser] != "chrome 1" {
 		t.Errorf("annotations %v", pod.Annotations)
+	}
+	if sc := pod.Spec.Containers[0].SecurityContext; sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"NET_RAW"}) {
+		t.Errorf("the browser container keeps NET_RAW: %+v", sc)
 	}
 	s := pod.Spec
 	if s.AutomountServiceAccountToken == nil || *s.AutomountServiceAccountToken || s.EnableServiceLinks == nil || *s.EnableServiceLinks {

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -16,6 +17,7 @@ import (
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/launcher/docker"
+	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
 // Names of the pod's containers and volumes.
@@ -29,7 +31,16 @@ const (
 const (
 	AnnotationBrowser = "websummoner.browser"
 	AnnotationName    = "websummoner.name" // the client's session name (Selenoid's "name" label)
+	// AnnotationLabels holds the client's labels, a JSON object: as pod
+	// labels, a client's would put its browser behind another's Service or
+	// ReplicaSet (app=…), and as annotations they would speak to the kubelet
+	// and to admission webhooks (AppArmor profiles, injected credentials).
+	AnnotationLabels = "websummoner.labels"
 )
+
+// maxClientLabels bounds AnnotationLabels: a pod's annotations hold 256 KiB
+// in all.
+const maxClientLabels = 64 << 10
 
 // Side-service ports of Selenoid's browser image contract. A pod's image is
 // not inspected (the node has it, the hub may not), so every one is offered,
@@ -109,11 +120,15 @@ func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string)
 		}
 		annotations[k] = v
 	}
-	for _, k := range slices.Sorted(maps.Keys(o.Labels)) {
-		put(k, o.Labels[k])
+	if len(o.Labels) > 0 {
+		text, _ := json.Marshal(o.Labels)
+		if len(text) > maxClientLabels {
+			return nil, &webdriver.ArgumentError{Msg: fmt.Sprintf("labels take %d bytes, and a pod keeps at most %d of a client's (they are its %s annotation)", len(text), maxClientLabels, AnnotationLabels)}
+		}
+		annotations[AnnotationLabels] = string(text)
 	}
 	for _, k := range slices.Sorted(maps.Keys(b.Labels)) {
-		put(k, b.Labels[k]) // the operator's win
+		put(k, b.Labels[k]) // the operator's own, as labels where valid
 	}
 	if o.Name != "" {
 		annotations[AnnotationName] = o.Name
@@ -130,6 +145,10 @@ func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string)
 		Image:           b.Image.Name,
 		ImagePullPolicy: corev1.PullNever,
 		Resources:       res,
+		// No raw sockets, as in a container of the Docker launcher: a
+		// browser needs none, and with them a process in the pod could
+		// forge frames from another address on the pod network's bridge.
+		SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"NET_RAW"}}},
 		Ports:           []corev1.ContainerPort{{Name: "webdriver", ContainerPort: int32(port), Protocol: corev1.ProtocolTCP}},
 	}
 	for _, s := range sidePorts {
