@@ -87,6 +87,8 @@ func TestCheckClient(t *testing.T) {
 		{"the hub's labels", webdriver.Options{Labels: map[string]string{"websummoner.instance": "other"}}, nil, `labels "websummoner.instance"`, `labels "websummoner.instance"`},
 		{"a team's label", webdriver.Options{Labels: map[string]string{"team": "web"}}, nil, "", ""},
 		{"plain args", webdriver.Options{}, chrome("args", []any{"--headless", "--window-size=800,600"}), "", ""},
+		{"a PAC file of the host's", webdriver.Options{}, map[string]any{"proxy": map[string]any{"proxyType": "pac", "proxyAutoconfigUrl": "file:///etc/passwd"}}, `"proxy".proxyAutoconfigUrl "file:///etc/passwd"`, ""},
+		{"a PAC file served", webdriver.Options{}, map[string]any{"proxy": map[string]any{"proxyType": "pac", "proxyAutoconfigUrl": "http://pac.test/proxy.pac"}}, "", ""},
 		{"binary", webdriver.Options{}, chrome("binary", "/tmp/evil"), `"goog:chromeOptions".binary chooses what runs`, ""},
 		{"firefox binary", webdriver.Options{}, map[string]any{"moz:firefoxOptions": map[string]any{"binary": "/x"}}, `"moz:firefoxOptions".binary`, ""},
 		{"command prefix", webdriver.Options{}, chrome("args", []any{"--renderer-cmd-prefix=/tmp/evil"}), `--renderer-cmd-prefix`, ""},

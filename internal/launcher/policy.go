@@ -185,6 +185,12 @@ func operatorEnv(b config.Resolved) string {
 // vendor prefix or without: a JSONWire client's chromeOptions reaches
 // chromedriver as goog:chromeOptions.
 func choosesWhatRuns(b config.Resolved, caps map[string]any) string {
+	// W3C's proxy: a PAC file the browser would read from the host.
+	if proxy, ok := caps["proxy"].(map[string]any); ok {
+		if pac, _ := proxy["proxyAutoconfigUrl"].(string); namesHostPath(pac) {
+			return fmt.Sprintf("\"proxy\".proxyAutoconfigUrl %.100q", pac)
+		}
+	}
 	for key, v := range caps {
 		if k := strings.ToLower(key); k == "binary" || strings.HasSuffix(k, "_binary") || strings.HasSuffix(k, ".binary") {
 			return fmt.Sprintf("%q", key)
