@@ -435,6 +435,10 @@ func (h *Hub) startAttempts(c *creation) error {
 			if c.ctx.Err() != nil {
 				return c.ctx.Err()
 			}
+			var ae *webdriver.ArgumentError
+			if errors.As(err, &ae) {
+				return err // the client's options, as the launcher reads them: 400, not a failed start
+			}
 			h.countFailure(c.browser, err)
 			lastErr = err
 			continue

@@ -160,6 +160,11 @@ func createErrorCases() []createErrorCase {
 				l.startErr = &launcher.StartError{Phase: launcher.PhaseStartup, Browser: "chrome 128.0", Engine: true, Msg: "driver did not answer within -service-startup-timeout 30s"}
 			},
 			status: 500, code: "session not created", msg: "-service-startup-timeout", tag: "SESSION_FAILED"},
+		{name: "the launcher finds the client's options impossible where it runs (a pod's hostname or nameservers)", phase: phaseStart, body: chrome,
+			l: func(l *stubLauncher) {
+				l.startErr = &launcher.StartError{Phase: launcher.PhaseStart, Browser: "chrome 128.0", Msg: "x", Err: &webdriver.ArgumentError{Msg: "dnsServers has 4 entries; a pod takes at most 3"}}
+			},
+			status: 400, code: "invalid argument", msg: "a pod takes at most 3", tag: "BAD_REQUEST"},
 		{name: "engine unreachable during the start", phase: phaseStart, body: chrome,
 			l: func(l *stubLauncher) {
 				l.startErr = &launcher.StartError{Phase: launcher.PhaseStart, Browser: "chrome 128.0", Engine: true, Down: true, Msg: "the Docker engine is unreachable"}

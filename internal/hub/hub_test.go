@@ -399,6 +399,27 @@ func TestDriverRefusalPassedThrough(t *testing.T) {
 	}
 }
 
+// Options the launcher finds impossible where it runs (Kubernetes' limits on
+// a pod) are the client's to fix: 400, not retried, not counted.
+func TestLauncherRefusesTheClientsOptions(t *testing.T) {
+	l := &stubLauncher{startErr: &launcher.StartError{Phase: launcher.PhaseStart, Browser: "chrome 128.0", Msg: "x",
+		Err: &webdriver.ArgumentError{Msg: "containerHostname \"A_B\" is not a DNS label"}}}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{RetryCount: 3}, l)
+	resp, body := f.do("POST", "/session", w3cChrome)
+	if code, msg := errOf(body); resp.StatusCode != 400 || code != "invalid argument" || !strings.Contains(msg, "not a DNS label") {
+		t.Fatalf("%d %q %q", resp.StatusCode, code, msg)
+	}
+	if l.starts.Load() != 1 {
+		t.Fatalf("%d starts for the client's options", l.starts.Load())
+	}
+	if got := testutil.ToFloat64(f.hub.m.startFailures.WithLabelValues("chrome", "start")); got != 0 {
+		t.Fatalf("counted as a start failure: %v", got)
+	}
+	if f.q.Stats().InUse != 0 {
+		t.Fatal("the slot was kept")
+	}
+}
+
 // A client that leaves while its browser starts: the start is cancelled, nothing
 // is answered, the slot goes back.
 func TestClientGoneDuringStart(t *testing.T) {

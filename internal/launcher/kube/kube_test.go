@@ -203,6 +203,19 @@ func TestPodSpecRefuses(t *testing.T) {
 	if _, err := l.podSpec(launcher.Request{ID: "1", Browser: b}, "p", "s", ""); err == nil {
 		t.Error("a named Docker volume was taken")
 	}
+	// What Kubernetes would refuse of a client's values is the client's
+	// mistake (400), said before the API server is asked.
+	for name, o := range map[string]webdriver.Options{
+		"containerHostname": {ContainerHostname: "ABC"},
+		"hostsEntries":      {HostsEntries: []string{"a_b:1.2.3.4"}},
+		"dnsServers":        {DNSServers: []string{"1.1.1.1", "1.0.0.1", "8.8.8.8", "8.8.4.4"}},
+		"labels":            {Labels: map[string]string{"big": strings.Repeat("x", maxClientLabels)}},
+	} {
+		_, err := l.podSpec(launcher.Request{ID: "1", Browser: entry("img", ""), Options: o}, "p", "s", "")
+		if ae := (*webdriver.ArgumentError)(nil); !errors.As(err, &ae) {
+			t.Errorf("%s: %v, want the client's mistake", name, err)
+		}
+	}
 }
 
 func TestStartServesAndStops(t *testing.T) {

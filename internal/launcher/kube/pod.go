@@ -38,6 +38,9 @@ const (
 	AnnotationLabels = "websummoner.labels"
 )
 
+// maxNameservers is the most nameservers a pod's dnsConfig takes.
+const maxNameservers = 3
+
 // maxClientLabels bounds AnnotationLabels: a pod's annotations hold 256 KiB
 // in all.
 const maxClientLabels = 64 << 10
@@ -175,7 +178,17 @@ func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string)
 		},
 	}
 	if h := o.ContainerHostname; h != "" && len(validation.IsDNS1123Label(h)) > 0 {
-		return nil, fmt.Errorf("containerHostname %q is not a DNS label (lower-case letters, digits and '-', at most 63)", h)
+		return nil, &webdriver.ArgumentError{Msg: fmt.Sprintf("containerHostname %q is not a DNS label, which a pod's hostname must be (lower-case letters, digits and '-', at most 63)", h)}
+	}
+	// What Kubernetes refuses of a client's values is the client's to fix,
+	// said before the API server is asked.
+	for _, e := range o.HostsEntries {
+		if host, _, _ := strings.Cut(e, ":"); len(validation.IsDNS1123Subdomain(host)) > 0 {
+			return nil, &webdriver.ArgumentError{Msg: fmt.Sprintf("hostsEntries %q: %q is not a DNS name, which a pod's host aliases must be (lower-case letters, digits, '-' and '.')", e, host)}
+		}
+	}
+	if n := len(o.DNSServers); n > maxNameservers {
+		return nil, &webdriver.ArgumentError{Msg: fmt.Sprintf("dnsServers has %d entries; a pod takes at most %d", n, maxNameservers)}
 	}
 	if _, own := b.Tmpfs["/dev/shm"]; !own {
 		// Selenoid's 256 MiB when the entry sets none, not the runtime's 64
