@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
@@ -21,7 +23,6 @@ import (
 	"github.com/websummoner/websummoner/internal/queue"
 	"github.com/websummoner/websummoner/internal/session"
 	"github.com/websummoner/websummoner/internal/webdriver"
-	"golang.org/x/sync/semaphore"
 )
 
 // MaxNewSessionBody is the largest new-session body accepted. Capabilities can
