@@ -216,7 +216,19 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 	e, err := l.run(ctx, inst, r)
 	if err != nil {
 		// Deleted even when the client left: the context for that is not the client's.
-		_ = inst.remove(context.WithoutCancel(ctx))
+		rctx := context.WithoutCancel(ctx)
+		if !l.health.Up() {
+			// The API server stopped answering during the start: that is what
+			// the client is told, now, not after the removal's own wait on
+			// it (the sweep deletes the pod if this cannot).
+			go func() { _ = inst.remove(rctx) }()
+			var se *launcher.StartError
+			if errors.As(err, &se) && se.Phase == launcher.PhaseStartup {
+				err = l.health.DownErr(r.Browser, nil)
+			}
+			return nil, err
+		}
+		_ = inst.remove(rctx)
 		return nil, err
 	}
 	e.Log = inst

@@ -310,6 +310,46 @@ func TestStartFaults(t *testing.T) {
 	}
 }
 
+// The API server stops answering while a pod starts: the client is told so
+// (503 material: Down) at the start-up timeout, without waiting on the pod's
+// removal, which goes on against an API server that does not answer.
+func TestAPIServerDownDuringAStart(t *testing.T) {
+	client := fake.NewClientset()
+	node(t, client, func(p *corev1.Pod) { p.Status.Phase = corev1.PodPending })
+	l, err := New(Options{Namespace: "browsers", HubAddresses: []string{"10.0.0.1"},
+		Options: launcher.Options{Instance: "test", StartupTimeout: time.Second, StopTimeout: 10 * time.Second}}, client, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	l.Prepare(ctx)
+	deleting := make(chan struct{})
+	t.Cleanup(func() { close(deleting) })
+	client.PrependReactor("delete", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		<-deleting // an API server that does not answer
+		return true, nil, apierrors.NewServiceUnavailable("down")
+	})
+	client.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		l.health.MarkDown(errors.New("dial tcp 10.96.0.1:443: connect: connection refused"))
+		return false, nil, nil // created; the API server goes away after
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Start(context.Background(), launcher.Request{ID: "1", Browser: entry("img", "4444")})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		var se *launcher.StartError
+		if !errors.As(err, &se) || !se.Down || !strings.Contains(se.Msg, "unreachable") {
+			t.Fatalf("got %#v, want the API server unreachable", err)
+		}
+	case <-time.After(time.Minute): // the timeout is a second; this only ends a hang
+		t.Fatal("the start waited on the pod's removal")
+	}
+}
+
 func TestCreateRefusals(t *testing.T) {
 	pods := schema.GroupResource{Resource: "pods"}
 	for _, tc := range []struct {
