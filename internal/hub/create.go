@@ -185,7 +185,7 @@ func (h *Hub) parse(c *creation) error {
 	}
 	values := webdriver.CountValues(body)
 	if values <= webdriver.MaxValues { // else ParseNewSession refuses it
-		if err := h.take(c, h.parses, &c.parsing, webdriver.ParseCost(body, values), false); err != nil {
+		if err := h.take(c, h.parses, &c.parsing, webdriver.ParseCost(body, values)); err != nil {
 			return err
 		}
 	}
@@ -236,7 +236,7 @@ func (h *Hub) readBody(c *creation) ([]byte, error) {
 		limit = cl + 1
 	}
 	if limit > freeBody && cl >= 0 {
-		if err := h.take(c, h.reads, &c.reading, limit, true); err != nil {
+		if err := h.take(c, h.reads, &c.reading, limit); err != nil {
 			return nil, err
 		}
 	}
@@ -245,7 +245,7 @@ func (h *Hub) readBody(c *creation) ([]byte, error) {
 	for {
 		if len(buf) == cap(buf) {
 			if cl < 0 && c.reading == 0 && int64(cap(buf)) >= freeBody {
-				if err := h.take(c, h.reads, &c.reading, limit, true); err != nil {
+				if err := h.take(c, h.reads, &c.reading, limit); err != nil {
 					return nil, err
 				}
 			}
@@ -269,14 +269,11 @@ func (h *Hub) readBody(c *creation) ([]byte, error) {
 }
 
 // take adds n bytes of sem to the share the creation holds in *held,
-// waiting for them if it must. While it waits for a body not yet read
-// (reading), the body's -body-read-timeout does not run.
-func (h *Hub) take(c *creation, sem *semaphore.Weighted, held *int64, n int64, reading bool) error {
+// waiting for them if it must. While it waits, the body's
+// -body-read-timeout does not run (a body already read has no clock left).
+func (h *Hub) take(c *creation, sem *semaphore.Weighted, held *int64, n int64) error {
 	if !sem.TryAcquire(n) {
 		clock, _ := c.r.Body.(bodyClock)
-		if !reading {
-			clock = nil
-		}
 		if clock != nil {
 			clock.PauseTimeout()
 		}
