@@ -382,41 +382,34 @@ func TestRetryCountAndStartFailures(t *testing.T) {
 	l.failStarts.Store(0)
 }
 
-// The driver refusing the capabilities is the client's problem: passed through,
-// not retried, not counted as a start failure.
-func TestDriverRefusalPassedThrough(t *testing.T) {
-	l := &stubLauncher{}
-	f := newFixture(t, queue.Options{Limit: 1}, Options{RetryCount: 3}, l)
-	resp, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","wdstub:reject":true}}}`)
-	if code, msg := errOf(body); resp.StatusCode != 400 || code != "invalid argument" || !strings.Contains(msg, "refused the new session") {
-		t.Fatalf("%d %q %q", resp.StatusCode, code, msg)
-	}
-	if l.starts.Load() != 1 {
-		t.Fatalf("%d starts for a refused capability", l.starts.Load())
-	}
-	if got := testutil.ToFloat64(f.hub.m.startFailures.WithLabelValues("chrome", "new-session")); got != 0 {
-		t.Fatalf("counted as a start failure: %v", got)
-	}
-}
-
-// Options the launcher finds impossible where it runs (Kubernetes' limits on
-// a pod) are the client's to fix: 400, not retried, not counted.
-func TestLauncherRefusesTheClientsOptions(t *testing.T) {
-	l := &stubLauncher{startErr: &launcher.StartError{Phase: launcher.PhaseStart, Browser: "chrome 128.0", Msg: "x",
-		Err: &webdriver.ArgumentError{Msg: "containerHostname \"A_B\" is not a DNS label"}}}
-	f := newFixture(t, queue.Options{Limit: 1}, Options{RetryCount: 3}, l)
-	resp, body := f.do("POST", "/session", w3cChrome)
-	if code, msg := errOf(body); resp.StatusCode != 400 || code != "invalid argument" || !strings.Contains(msg, "not a DNS label") {
-		t.Fatalf("%d %q %q", resp.StatusCode, code, msg)
-	}
-	if l.starts.Load() != 1 {
-		t.Fatalf("%d starts for the client's options", l.starts.Load())
-	}
-	if got := testutil.ToFloat64(f.hub.m.startFailures.WithLabelValues("chrome", "start")); got != 0 {
-		t.Fatalf("counted as a start failure: %v", got)
-	}
-	if f.q.Stats().InUse != 0 {
-		t.Fatal("the slot was kept")
+// What the client must fix is passed through as 400, not retried, not
+// counted as a start failure, and gives its slot back: the driver refusing
+// the capabilities, or the launcher finding its options impossible where it
+// runs (Kubernetes' limits on a pod).
+func TestClientFaultsAtStart(t *testing.T) {
+	for _, c := range []struct {
+		name, body, msg, phase string
+		startErr               error
+	}{
+		{"the driver refuses", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","wdstub:reject":true}}}`, "refused the new session", "new-session", nil},
+		{"the launcher refuses", w3cChrome, "not a DNS label", "start", &launcher.StartError{Phase: launcher.PhaseStart, Browser: "chrome 128.0", Msg: "x",
+			Err: &webdriver.ArgumentError{Msg: "containerHostname \"A_B\" is not a DNS label"}}},
+	} {
+		l := &stubLauncher{startErr: c.startErr}
+		f := newFixture(t, queue.Options{Limit: 1}, Options{RetryCount: 3}, l)
+		resp, body := f.do("POST", "/session", c.body)
+		if code, msg := errOf(body); resp.StatusCode != 400 || code != "invalid argument" || !strings.Contains(msg, c.msg) {
+			t.Fatalf("%s: %d %q %q", c.name, resp.StatusCode, code, msg)
+		}
+		if l.starts.Load() != 1 {
+			t.Fatalf("%s: %d starts", c.name, l.starts.Load())
+		}
+		if got := testutil.ToFloat64(f.hub.m.startFailures.WithLabelValues("chrome", c.phase)); got != 0 {
+			t.Fatalf("%s: counted as a start failure: %v", c.name, got)
+		}
+		if f.q.Stats().InUse != 0 {
+			t.Fatalf("%s: the slot was kept", c.name)
+		}
 	}
 }
 
