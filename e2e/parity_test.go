@@ -133,6 +133,10 @@ func TestDownloadsLocalDriver(t *testing.T) {
 	defer files.Close()
 	r := call(t, "POST", h.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome"}}}`)
 	id := r.Value.SessionID
+	// Selenium's clients ask for /se/files only when the answer says so.
+	if r.caps["se:downloadsEnabled"] != true {
+		t.Fatalf("se:downloadsEnabled = %v in the new-session answer, want true", r.caps["se:downloadsEnabled"])
+	}
 	other := call(t, "POST", h.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome"}}}`).Value.SessionID
 	call(t, "POST", h.url+"/wd/hub/session/"+id+"/url", `{"url":"`+files.URL+`/report.txt"}`)
 	var names []string

@@ -68,6 +68,9 @@ func main() {
 // component that owns it.
 type flagConfig struct {
 	listen, conf, logLevel, logOutputDir string
+	// allowedHosts is -allowed-hosts as given; hub.AllowedHosts is set from
+	// it and -listen by allowedHosts.
+	allowedHosts string
 	logFormat                            string
 	disableDocker, showVersion, health   bool
 	processSandbox                       string
@@ -125,6 +128,7 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.SetOutput(stderr)
 	host, _ := os.Hostname()
 	fs.StringVar(&c.listen, "listen", ":4444", "Network address to accept connections on (\":4444\" is every interface)")
+	fs.StringVar(&c.allowedHosts, "allowed-hosts", "", "Host names, comma-separated, that requests may name the hub by besides IP addresses and localhost (\".example.com\": the domain and every name under it); any other Host is refused, against DNS rebinding by web pages. Empty: checked only when -listen is loopback; \"*\": never checked")
 	fs.StringVar(&c.conf, "conf", "config/browsers.json", "Browsers configuration file (Selenoid's browsers.json format)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "Log level: debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "Log format: text (Selenoid's \"[id] [EVENT] [details]\" lines) or json (one object per line with stable keys, for log shippers)")
@@ -462,6 +466,7 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 		return nil, err
 	}
 	c.hub.Auth = p.auth
+	c.hub.AllowedHosts = allowedHosts(c.allowedHosts, c.listen)
 	c.hub.Version = version
 	c.hub.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	c.hub.Gate = gate
@@ -543,6 +548,9 @@ func (p *program) serve() int {
 	}
 	if why := exposure(ln.Addr(), p.auth.Enabled(), c.server.TLSCert != ""); why != "" {
 		logtag.Event(log, slog.LevelWarn, "", "INSECURE", why)
+	}
+	if hs := c.hub.AllowedHosts; hs != nil {
+		logtag.Event(log, slog.LevelInfo, "", "HOST_CHECK", "requests must name the hub by an IP address, localhost or *.localhost"+strings.Join(append([]string{""}, hs...), ", "))
 	}
 	switch h := c.hub.TenantHeader; {
 	case h == "":
@@ -680,6 +688,30 @@ func healthcheck(c *flagConfig, stderr io.Writer) int {
 		return exitServe
 	}
 	return 0
+}
+
+// allowedHosts is hub.AllowedHosts for -allowed-hosts flag and -listen
+// listen. Unset, a hub on loopback checks Host and any other does not: on
+// loopback no client has a reason to call it by another name, and a web page
+// in a browser on the same host is the one peer that can (DNS rebinding),
+// while a hub on the network is reached by whatever name its users have.
+func allowedHosts(flag, listen string) []string {
+	switch flag = strings.TrimSpace(flag); flag {
+	case "*":
+		return nil
+	case "":
+		if a, err := net.ResolveTCPAddr("tcp", listen); err == nil && a.IP.IsLoopback() {
+			return []string{}
+		}
+		return nil
+	}
+	names := []string{}
+	for n := range strings.SplitSeq(flag, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // exposure says what is unsafe about serving on addr: beyond loopback without

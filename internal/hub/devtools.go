@@ -348,8 +348,9 @@ func bidiPath(caps json.RawMessage) string {
 }
 
 // sideChannelCaps adds to a new session's capabilities what the client reaches
-// through the hub: se:cdp (and se:cdpVersion) for a browser with DevTools, and
-// webSocketUrl pointing at the hub's BiDi proxy.
+// through the hub: se:cdp (and se:cdpVersion) for a browser with DevTools,
+// se:downloadsEnabled where /se/files serves its downloads, and webSocketUrl
+// pointing at the hub's BiDi proxy.
 func (h *Hub) sideChannelCaps(base string, s *session.Session, caps json.RawMessage) json.RawMessage {
 	extra := map[string]any{}
 	if s.Endpoints().DevTools != nil {
@@ -360,6 +361,11 @@ func (h *Hub) sideChannelCaps(base string, s *session.Session, caps json.RawMess
 		}
 		_ = json.Unmarshal(caps, &c)
 		extra["se:cdpVersion"] = c.BrowserVersion + c.Version
+	}
+	if f := s.Endpoints().Files; f != nil && f.Scheme == "file" {
+		// Grid 4's managed downloads (/se/files) are served: Selenium's
+		// clients look for this before they ask for a download.
+		extra["se:downloadsEnabled"] = true
 	}
 	if s.BiDiPath != "" {
 		extra["webSocketUrl"] = base + "/session/" + url.PathEscape(s.ID) + "/se/bidi"

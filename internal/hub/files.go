@@ -230,13 +230,19 @@ func (h *Hub) gridFiles(w http.ResponseWriter, r *http.Request) {
 		var in struct {
 			Name string `json:"name"`
 		}
-		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&in); err != nil || in.Name == "" || strings.ContainsAny(in.Name, `/\`) || in.Name == ".." {
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&in); err != nil || in.Name == "" {
 			webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument, `the body must be {"name": "<file name>"}`)
+			return
+		}
+		if strings.ContainsAny(in.Name, `/\`) || in.Name == ".." || in.Name == "." {
+			webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument,
+				fmt.Sprintf("%.200q is not a file name: give one of the names GET /session/%s/se/files lists, without a path", in.Name, s.ID))
 			return
 		}
 		f, _, err := openRegular(files.Path, in.Name)
 		if err != nil {
-			webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrInvalidArgument, fmt.Sprintf("no downloaded file %q", in.Name))
+			webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument,
+				fmt.Sprintf("session %s has no downloaded file %.200q: GET /session/%s/se/files lists its files", s.ID, in.Name, s.ID))
 			return
 		}
 		defer f.Close()

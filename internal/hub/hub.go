@@ -103,6 +103,10 @@ type Options struct {
 	// they are asked for, each handed to one client (internal/pool). The zero
 	// value is off.
 	WarmPool pool.Options
+	// AllowedHosts is -allowed-hosts: when not nil, a request whose Host
+	// header is a name other than localhost, *.localhost or one of these is
+	// refused (403) before anything else (hostAllowed). nil takes every Host.
+	AllowedHosts []string
 }
 
 // DialFunc opens a connection, as net.Dialer.DialContext does.
@@ -266,6 +270,10 @@ func (h *Hub) Start() {
 
 // ServeHTTP serves every endpoint.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.opts.AllowedHosts != nil && !hostAllowed(r.Host, h.opts.AllowedHosts) {
+		h.refuseHost(w, r)
+		return
+	}
 	if dotSegment(r.URL.EscapedPath()) {
 		// Never normalised and passed on: /session/A/%2e%2e/%2e%2e/status must not
 		// reach the driver's /status, nor another session's path.

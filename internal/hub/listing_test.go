@@ -103,15 +103,18 @@ func TestDownloadDirIsTheBoundary(t *testing.T) {
 	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{sides: func(e *launcher.Endpoints) { e.Files = files }})
 	_, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","webkitgtk:browserOptions":{}}}}`)
 	id := body["value"].(map[string]any)["sessionId"].(string)
+	if caps, _ := body["value"].(map[string]any)["capabilities"].(map[string]any); caps["se:downloadsEnabled"] != true {
+		t.Errorf("se:downloadsEnabled = %v for a session whose downloads se/files serves, want true", caps["se:downloadsEnabled"])
+	}
 
-	for _, name := range []string{"link", "fifo"} {
+	for _, name := range []string{"link", "fifo", "nope.txt", "../ok.txt", ".."} {
 		resp, _ := f.do("GET", "/download/"+id+"/"+name, "")
 		if resp.StatusCode != http.StatusNotFound {
 			t.Errorf("GET /download/%s/%s: %d, want 404", id, name, resp.StatusCode)
 		}
-		resp, _ = f.do("POST", "/session/"+id+"/se/files", `{"name":"`+name+`"}`)
-		if resp.StatusCode != http.StatusNotFound {
-			t.Errorf("se/files %s: %d, want 404", name, resp.StatusCode)
+		resp, body := f.do("POST", "/session/"+id+"/se/files", `{"name":"`+name+`"}`)
+		if code, msg := errOf(body); resp.StatusCode != http.StatusBadRequest || code != "invalid argument" || !strings.Contains(msg, "se/files lists") {
+			t.Errorf("se/files %s: %d %s %q, want 400 invalid argument pointing at the listing", name, resp.StatusCode, code, msg)
 		}
 	}
 	resp, err := http.Get(f.srv.URL + "/download/" + id + "/ok.txt")

@@ -1,0 +1,43 @@
+package hub
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/websummoner/websummoner/internal/webdriver"
+)
+
+// hostAllowed reports whether a request's Host header may reach the hub when
+// only allowed names (besides addresses and localhost) are taken. An IP
+// address cannot be rebound, and browsers resolve localhost and *.localhost
+// to loopback themselves; any other name is one a web page could have made
+// resolve to this hub (DNS rebinding), so that its scripts reach the hub as
+// their own origin, unless the operator named it. A name starting with "."
+// allows that domain and every name under it.
+func hostAllowed(host string, allowed []string) bool {
+	if host == "" {
+		return true // HTTP/1.0 without Host: no browser sends that
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if net.ParseIP(host) != nil || host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	for _, a := range allowed {
+		a = strings.TrimSuffix(strings.ToLower(a), ".")
+		if host == a || strings.HasPrefix(a, ".") && (host == a[1:] || strings.HasSuffix(host, a)) {
+			return true
+		}
+	}
+	return false
+}
+
+// refuseHost answers a request whose Host is not one the hub answers to.
+func (h *Hub) refuseHost(w http.ResponseWriter, r *http.Request) {
+	webdriver.WriteError(w, http.StatusForbidden, webdriver.ErrUnknownError,
+		fmt.Sprintf("this hub does not answer to the host name %.100q: it takes IP addresses, localhost and the names of -allowed-hosts, so that a web page cannot reach it through DNS rebinding; add the name to -allowed-hosts (a proxy in front that passes its own Host, such as nginx's proxy_set_header Host $host, needs that too)", r.Host))
+}

@@ -1,0 +1,97 @@
+package hub
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/websummoner/websummoner/internal/queue"
+)
+
+func TestHostAllowed(t *testing.T) {
+	allowed := []string{"grid.example", ".corp.example", "Dotted.Example."}
+	for _, c := range []struct {
+		host string
+		want bool
+	}{
+		{"", true},
+		{"127.0.0.1:4444", true},
+		{"10.1.2.3", true},
+		{"[::1]:4444", true},
+		{"[fe80::1]", true},
+		{"localhost:4444", true},
+		{"LOCALHOST.", true},
+		{"hub.localhost:4444", true},
+		{"grid.example:4444", true},
+		{"GRID.example", true},
+		{"corp.example", true},
+		{"a.b.corp.example:80", true},
+		{"dotted.example", true},
+		{"evil.example:4444", false},
+		{"grid.example.evil.example", false},
+		{"xcorp.example", false},
+		{"localhost.evil.example", false},
+		{"127.0.0.1.nip.io", false},
+	} {
+		if got := hostAllowed(c.host, allowed); got != c.want {
+			t.Errorf("hostAllowed(%q) = %v, want %v", c.host, got, c.want)
+		}
+	}
+}
+
+// TestRebindingRefused: a web page that made its own name resolve to the hub
+// (DNS rebinding) sends that name as Host, and Origin to match; with a Host
+// check on, nothing it asks is served, and nothing starts.
+func TestRebindingRefused(t *testing.T) {
+	l := &stubLauncher{}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{AllowedHosts: []string{"grid.example"}}, l)
+	send := func(method, path, host, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
+		req.Host = host
+		req.Header.Set("Origin", "http://"+host)
+		req.Header.Set("Content-Type", "text/plain")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		var out map[string]any
+		if err := json.Unmarshal(data, &out); err != nil {
+			t.Fatalf("%s %s Host %s: %d non-JSON body %q", method, path, host, resp.StatusCode, data)
+		}
+		code, msg := errOf(out)
+		if resp.StatusCode == http.StatusForbidden && (code != "unknown error" || !strings.Contains(msg, "-allowed-hosts")) {
+			t.Errorf("%s %s Host %s: 403 with %q %q, want unknown error naming -allowed-hosts", method, path, host, code, msg)
+		}
+		return resp.StatusCode, msg
+	}
+	for _, r := range [][2]string{{"GET", "/status"}, {"GET", "/wd/hub/status"}, {"POST", "/wd/hub/session"}, {"GET", "/devtools/x/json/version"}, {"GET", "/session/x/url"}, {"GET", "/ui/state"}} {
+		if st, msg := send(r[0], r[1], "evil.example:4444", w3cChrome); st != http.StatusForbidden {
+			t.Errorf("%s %s from a rebound name: %d %q, want 403", r[0], r[1], st, msg)
+		}
+	}
+	if n := l.liveCount(); n != 0 {
+		t.Fatalf("%d browsers started for a rebound page", n)
+	}
+	for _, host := range []string{"grid.example:4444", "127.0.0.1:4444", "localhost"} {
+		if st, msg := send("GET", "/status", host, ""); st != http.StatusOK {
+			t.Errorf("/status with Host %s: %d %q, want 200", host, st, msg)
+		}
+	}
+	// Without the check (an exposed hub's default) any name is served.
+	g := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	req, _ := http.NewRequest("GET", g.srv.URL+"/status", nil)
+	req.Host = "evil.example"
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/status with no host check: %d, want 200", resp.StatusCode)
+	}
+}
