@@ -70,11 +70,11 @@ type flagConfig struct {
 	listen, conf, logLevel, logOutputDir string
 	// allowedHosts is -allowed-hosts as given; hub.AllowedHosts is set from
 	// it and -listen by allowedHosts.
-	allowedHosts string
-	logFormat                            string
-	disableDocker, showVersion, health   bool
-	processSandbox                       string
-	gracefulPeriod                       time.Duration
+	allowedHosts                       string
+	logFormat                          string
+	disableDocker, showVersion, health bool
+	processSandbox                     string
+	gracefulPeriod                     time.Duration
 
 	server   httpserver.Options
 	auth     auth.Options
