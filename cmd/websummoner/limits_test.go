@@ -158,9 +158,9 @@ func TestServedNearTheDescriptorLimit(t *testing.T) {
 		}
 		conns = append(conns, c)
 		if i%2 == 0 {
-			fmt.Fprint(c, "GET /ping HTTP/1.1\r\nHost: x\r\n\r\n") // answered, then kept idle
+			fmt.Fprint(c, "GET /ping HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n") // answered, then kept idle
 		} else {
-			fmt.Fprint(c, "POST /session HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{") // trickles
+			fmt.Fprint(c, "POST /session HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\n{") // trickles
 		}
 	}
 	time.Sleep(1500 * time.Millisecond) // past the second a trickle is spared
