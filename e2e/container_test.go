@@ -81,7 +81,7 @@ func runHubContainer(t *testing.T, image, name, conf string, runArgs []string, h
 
 // The hub as a container: Python Selenium on the host drives the Chromium
 // image through the hub container's published port; `docker stop` drains it
-// (the live session keeps working, new requests get 503 + Retry-After) and
+// (the live session keeps working, new requests get 500 + Retry-After) and
 // leaves no browser behind; a SIGKILLed hub's browsers are swept by the next.
 func TestHubContainer(t *testing.T) {
 	image := hubImage(t)
@@ -117,14 +117,14 @@ func TestHubContainer(t *testing.T) {
 	go func() { stopped <- exec.Command("docker", "stop", "-t", "60", name).Run() }()
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		r := call(t, "POST", url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"stub"}}}`)
-		if r.status == 503 && r.header.Get("Retry-After") != "" && r.Value.Error == "session not created" {
+		if r.status == 500 && r.header.Get("Retry-After") != "" && r.Value.Error == "session not created" {
 			break
 		}
 		if r.status == 200 { // admitted before the drain began: not a session to keep
 			call(t, "DELETE", url+"/wd/hub/session/"+r.Value.SessionID, "")
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no 503 while draining: %+v", r)
+			t.Fatalf("no 500 with Retry-After while draining: %+v", r)
 		}
 	}
 	var r clientResult // the live session works on through the drain, then quits

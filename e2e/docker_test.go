@@ -411,7 +411,7 @@ func TestDockerHubKilledThenRestarted(t *testing.T) {
 	d2.assertClean(t)
 }
 
-// SIGTERM with a live session: new and queued requests get a JSON 503 with
+// SIGTERM with a live session: new and queued requests get a JSON 500 with
 // Retry-After; the live session works on and may finish within
 // -graceful-period; once it has, every container is removed and the hub exits
 // 0. The period is long enough that no busy machine ends the drain before the
@@ -430,10 +430,10 @@ func TestDockerGracefulShutdown(t *testing.T) {
 	d.await(t, "[QUEUED]")
 	d.cmd.Process.Signal(syscall.SIGTERM)
 	q := <-queued
-	if q.status != 503 || q.Value.Error != "session not created" || q.header.Get("Retry-After") == "" {
+	if q.status != 500 || q.Value.Error != "session not created" || q.header.Get("Retry-After") == "" {
 		t.Fatalf("queued request on SIGTERM: %+v", q)
 	}
-	if r := newSession(t, d, "stub"); r.status != 503 || r.header.Get("Retry-After") == "" {
+	if r := newSession(t, d, "stub"); r.status != 500 || r.header.Get("Retry-After") == "" {
 		t.Fatalf("new request while draining: %+v", r)
 	}
 	if r := call(t, "GET", d.url+"/wd/hub/session/"+live.Value.SessionID+"/url", ""); r.status != 200 {

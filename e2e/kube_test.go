@@ -218,7 +218,7 @@ func TestKubeRestartSweeps(t *testing.T) {
 	}
 }
 
-// A ResourceQuota of 2 pods: the third request is answered 503 with
+// A ResourceQuota of 2 pods: the third request is answered 500 with
 // Retry-After, naming the quota, and nothing is left of it; once a session
 // ends the next request is served.
 func TestKubeQuotaAnswersHonestly(t *testing.T) {
@@ -240,8 +240,8 @@ func TestKubeQuotaAnswersHonestly(t *testing.T) {
 	a := chromeSession(t, h.url, "")
 	chromeSession(t, h.url, "")
 	r := call(t, "POST", h.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome"}}}`)
-	if r.status != 503 || r.header.Get("Retry-After") == "" || !strings.Contains(r.Value.Message, "ResourceQuota") {
-		t.Fatalf("third session under a quota of two: %d %q (Retry-After %q); want 503 naming the quota", r.status, r.Value.Message, r.header.Get("Retry-After"))
+	if r.status != 500 || r.header.Get("Retry-After") == "" || !strings.Contains(r.Value.Message, "ResourceQuota") {
+		t.Fatalf("third session under a quota of two: %d %q (Retry-After %q); want 500 naming the quota", r.status, r.Value.Message, r.header.Get("Retry-After"))
 	}
 	if n := len(k.pods(t, instance)); n != 2 {
 		t.Errorf("%d pods with the quota at two", n)
@@ -344,7 +344,7 @@ func TestKubeVNCAndVideo(t *testing.T) {
 	}
 }
 
-// A pod no node can run: answered 503 with Retry-After at once, with the
+// A pod no node can run: answered 500 with Retry-After at once, with the
 // scheduler's reason, and nothing left.
 func TestKubeUnschedulable(t *testing.T) {
 	k := requireKube(t)
@@ -352,8 +352,8 @@ func TestKubeUnschedulable(t *testing.T) {
 	h := k.startKubeHub(t, instance, "-limit", "1", "-service-startup-timeout", "10m") // as in TestKubeMissingImage
 	start := time.Now()
 	r := call(t, "POST", h.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"huge"}}}`)
-	if r.status != 503 || r.header.Get("Retry-After") == "" || !strings.Contains(r.Value.Message, "Insufficient cpu") {
-		t.Fatalf("a pod asking for 1000 CPUs: %d %q (Retry-After %q); want 503 with the scheduler's reason", r.status, r.Value.Message, r.header.Get("Retry-After"))
+	if r.status != 500 || r.header.Get("Retry-After") == "" || !strings.Contains(r.Value.Message, "Insufficient cpu") {
+		t.Fatalf("a pod asking for 1000 CPUs: %d %q (Retry-After %q); want 500 with the scheduler's reason", r.status, r.Value.Message, r.header.Get("Retry-After"))
 	}
 	if took := time.Since(start); took > 2*time.Minute {
 		t.Errorf("answered after %v: it waited out the start-up timeout", took)
@@ -372,7 +372,7 @@ func k8sDir() string {
 }
 
 // The API server killed and started again: while it is down the hub says
-// so (/readyz, 503 with Retry-After for a new session) and a live session
+// so (/readyz 503, and 500 with Retry-After for a new session) and a live session
 // goes on (its commands go to the pod, not through the API server); once it
 // is back the hub serves new sessions, and the live one ends cleanly.
 func TestKubeAPIServerRestart(t *testing.T) {
@@ -407,7 +407,7 @@ func TestKubeAPIServerRestart(t *testing.T) {
 		t.Fatalf("/readyz with the API server killed: %s", rawCall(t, "GET", h.url+"/readyz", ""))
 	}
 	r := call(t, "POST", h.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome"}}}`)
-	if r.status != 503 || r.header.Get("Retry-After") == "" || !strings.Contains(r.Value.Message, "API server is unreachable") {
+	if r.status != 500 || r.header.Get("Retry-After") == "" || !strings.Contains(r.Value.Message, "API server is unreachable") {
 		t.Fatalf("a new session with the API server down: %d %q (Retry-After %q)", r.status, r.Value.Message, r.header.Get("Retry-After"))
 	}
 	if got := execute(t, h.url, live, "return 6*7"); got != 42.0 {

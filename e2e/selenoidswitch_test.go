@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -212,5 +213,49 @@ func (f *firstLine) close() {
 	if !f.sent {
 		f.sent = true
 		f.line <- ""
+	}
+}
+
+// The hub's own refusals reach a real Python Selenium client as exceptions
+// with the hub's words. Python's client takes only statuses 400–500 for
+// errors: the 503 a draining hub used to answer was read as a session, and
+// failed as KeyError: 'sessionId'.
+func TestPythonSeesADrainingHubsRefusal(t *testing.T) {
+	requireRealParts(t)
+	h := startHub(t, "-limit", "2", "-graceful-period", "2m")
+	r := call(t, "POST", h.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome"}}}`)
+	if r.status != 200 {
+		t.Fatalf("create: %+v", r)
+	}
+	// The live session keeps the hub draining, not gone.
+	syscall.Kill(h.hubPID(t), syscall.SIGTERM)
+	h.await(t, "[SHUTTING_DOWN]")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	script := `
+import sys
+from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
+try:
+    webdriver.Remote(command_executor=sys.argv[1], options=webdriver.ChromeOptions()).quit()
+    print("created")
+except WebDriverException as e:
+    print(type(e).__name__, e.msg)
+`
+	out, err := exec.CommandContext(ctx, python, "-c", script, h.url+"/wd/hub").CombinedOutput()
+	if err != nil {
+		t.Fatalf("python: %v %s", err, out)
+	}
+	if got := string(out); !strings.HasPrefix(got, "SessionNotCreatedException") || !strings.Contains(got, "shutting down") {
+		t.Fatalf("the client saw %q; want SessionNotCreatedException saying the hub is shutting down", got)
+	}
+	call(t, "DELETE", h.url+"/wd/hub/session/"+r.Value.SessionID, "")
+	select {
+	case err := <-h.done:
+		if err != nil {
+			t.Fatalf("hub exit after its last session: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the hub did not exit after its last session ended")
 	}
 }

@@ -148,7 +148,7 @@ func TestDisabledOverHTTP(t *testing.T) {
 	post(f).refused(t, StatusDisabled, 0, "-disable-queue")
 }
 
-// A full queue refuses at once; closing it refuses whoever waits, with 503.
+// A full queue refuses at once; closing it refuses whoever waits, with 500 and Retry-After.
 func TestFullAndClosedOverHTTP(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, queue.Options{Limit: 1, Timeout: time.Minute, MaxWaiting: 1}, Options{}, &stubLauncher{mem: newMemTransport()})
@@ -158,7 +158,7 @@ func TestFullAndClosedOverHTTP(t *testing.T) {
 		synctest.Wait()
 		post(f).refused(t, http.StatusTooManyRequests, 60, "-queue-max")
 		f.q.Close()
-		(<-waiting).refused(t, http.StatusServiceUnavailable, 60)
+		(<-waiting).refused(t, http.StatusInternalServerError, 60)
 	})
 }
 
@@ -193,7 +193,7 @@ func rawPost(t *testing.T, addr string, extra ...string) net.Conn {
 
 // A request that waits is detached from the HTTP server: admitted, it is
 // answered on its connection, closed after; its client closing the connection
-// gives its place up at once; a drain refuses it with 503 and Retry-After.
+// gives its place up at once; a drain refuses it with 500 and Retry-After.
 func TestDetachedWaiters(t *testing.T) {
 	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
 	addr := strings.TrimPrefix(f.srv.URL, "http://")
@@ -240,7 +240,7 @@ func TestDetachedWaiters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+	if resp.StatusCode != 500 || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("a detached waiter at drain: %d Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 	f.do("DELETE", "/session/"+v.Value.SessionID, "")

@@ -221,7 +221,7 @@ const (
 const freeBody = 64 << 10
 
 // parseWait bounds a new-session request's wait for its share of
-// readBudget or parseBudget: past it, 503 and Retry-After.
+// readBudget or parseBudget: past it, 500 and Retry-After.
 const parseWait = time.Minute
 
 // readBody reads a new-session body whole, at most MaxNewSessionBody, within

@@ -128,7 +128,10 @@ type reply struct {
 
 // replyFor is the one place that turns an error of session creation into an
 // answer: status, W3C error code, message, log tag and Retry-After. Every row of
-// docs/hub.md's error table comes from here.
+// docs/hub.md's error table comes from here. A status is the one W3C gives the
+// error code (500 for session not created), or the queue's 429: Python's
+// Selenium takes only 400–500 for errors, and reads a 503's body as a session
+// (KeyError: 'sessionId'); a Retry-After is a hint beside it.
 func (h *Hub) replyFor(err error) reply {
 	var (
 		ce  *createError
@@ -173,9 +176,9 @@ func (h *Hub) replyFor(err error) reply {
 	case errors.As(err, &rf):
 		return h.refusalReply(rf.out)
 	case errors.Is(err, errShutDown):
-		rep.status, rep.retryAfter = http.StatusServiceUnavailable, h.queue.RetryAfter()
+		rep.retryAfter = h.queue.RetryAfter()
 	case errors.Is(err, errParseBusy):
-		return reply{status: http.StatusServiceUnavailable, code: webdriver.ErrSessionNotCreated, msg: err.Error(), event: "PARSE_BUSY", level: slog.LevelWarn, retryAfter: 10 * time.Second}
+		return reply{status: http.StatusInternalServerError, code: webdriver.ErrSessionNotCreated, msg: err.Error(), event: "PARSE_BUSY", level: slog.LevelWarn, retryAfter: 10 * time.Second}
 	case errors.As(err, &de):
 		code, msg, ok := de.W3C()
 		if !ok || de.Status < 400 || de.Status > 599 {
@@ -186,15 +189,16 @@ func (h *Hub) replyFor(err error) reply {
 		rep.status, rep.code = de.Status, code
 		rep.msg = fmt.Sprintf("%s: the driver refused the new session: %s", de.Browser, msg)
 	case errors.As(err, &se) && se.Down:
-		// What ggr and CI retry loops understand: try again later, or elsewhere.
-		rep.status, rep.retryAfter = http.StatusServiceUnavailable, h.queue.RetryAfter()
+		// Try again later, or elsewhere: ggr moves on for any failure, and a
+		// CI retry loop may read Retry-After.
+		rep.retryAfter = h.queue.RetryAfter()
 	}
 	return rep
 }
 
 // refusalReply answers a queue refusal: 429 with Retry-After for no-wait, a full
 // queue and the two budgets; 500 under -disable-queue (no queue, no budget ran
-// out: a failed start on this host, which ggr may try elsewhere); 503 with
+// out: a failed start on this host, which ggr may try elsewhere); 500 with
 // Retry-After while the hub shuts down; nothing for a client that left. The
 // queue has logged each, with the request id.
 func (h *Hub) refusalReply(out queue.Outcome) reply {
@@ -205,7 +209,7 @@ func (h *Hub) refusalReply(out queue.Outcome) reply {
 	case queue.ReasonDisabled:
 		rep.status, rep.retryAfter = StatusDisabled, 0
 	case queue.ReasonClosed:
-		rep.status = http.StatusServiceUnavailable
+		rep.status = http.StatusInternalServerError
 	}
 	return rep
 }

@@ -79,7 +79,7 @@ func createErrorCases() []createErrorCase {
 				}
 				t.Cleanup(func() { f.hub.parses.Release(parseBudget) })
 			},
-			status: 503, code: "session not created", msg: "found no turn within 1m0s", retry: true, tag: "PARSE_BUSY"},
+			status: 500, code: "session not created", msg: "found no turn within 1m0s", retry: true, tag: "PARSE_BUSY"},
 		{name: "no browserName", phase: phaseResolve, body: `{"capabilities":{"alwaysMatch":{}}}`,
 			status: 400, code: "invalid argument", msg: "Requested environment is not available: no browserName", tag: "ENVIRONMENT_NOT_AVAILABLE"},
 		{name: "browser not configured", phase: phaseResolve, body: `{"capabilities":{"alwaysMatch":{"browserName":"opera"}}}`,
@@ -104,7 +104,7 @@ func createErrorCases() []createErrorCase {
 			prep: func(t *testing.T, f *fixture) {
 				f.hub.launchers.Process = checkLauncher{f.l, &launcher.StartError{Phase: launcher.PhaseStart, Browser: "chrome 128.0", Engine: true, Down: true, Msg: "the Docker engine is unreachable (injected)"}}
 			},
-			status: 503, code: "session not created", msg: "unreachable", retry: true, tag: "SESSION_FAILED"},
+			status: 500, code: "session not created", msg: "unreachable", retry: true, tag: "SESSION_FAILED"},
 		{name: "image missing", phase: phaseCheck, body: chrome,
 			prep: func(t *testing.T, f *fixture) {
 				f.hub.launchers.Process = checkLauncher{f.l, &launcher.StartError{Phase: launcher.PhaseImage, Browser: "chrome 128.0", Msg: "image \"x\" is not on the Docker engine (injected)"}}
@@ -154,7 +154,7 @@ func createErrorCases() []createErrorCase {
 			queue: queue.Options{Limit: 1, Disabled: true, Gate: closedGate{}, TurnTimeout: 30 * time.Second}, body: chrome,
 			status: 500, code: "session not created", msg: "did not get its turn within 30s", tag: "QUEUE_DISABLED"},
 		{name: "the hub is draining", phase: phaseAdmit, prep: func(t *testing.T, f *fixture) { f.hub.queue.Close() }, body: chrome,
-			status: 503, code: "session not created", msg: "shutting down", retry: true, tag: "QUEUE_CLOSED"},
+			status: 500, code: "session not created", msg: "shutting down", retry: true, tag: "QUEUE_CLOSED"},
 		{name: "the browser failed to start", phase: phaseStart, body: chrome,
 			l: func(l *stubLauncher) {
 				l.startErr = &launcher.StartError{Phase: launcher.PhaseStartup, Browser: "chrome 128.0", Engine: true, Msg: "driver did not answer within -service-startup-timeout 30s"}
@@ -169,7 +169,7 @@ func createErrorCases() []createErrorCase {
 			l: func(l *stubLauncher) {
 				l.startErr = &launcher.StartError{Phase: launcher.PhaseStart, Browser: "chrome 128.0", Engine: true, Down: true, Msg: "the Docker engine is unreachable"}
 			},
-			status: 503, code: "session not created", msg: "unreachable", retry: true, tag: "SESSION_FAILED"},
+			status: 500, code: "session not created", msg: "unreachable", retry: true, tag: "SESSION_FAILED"},
 		{name: "the driver refused the capabilities", phase: phaseStart, body: `{"capabilities":{"alwaysMatch":{"browserName":"chrome","wdstub:reject":true}}}`,
 			status: 400, code: "invalid argument", msg: "chrome 128.0: the driver refused the new session", tag: "SESSION_FAILED"},
 		{name: "the driver failed the new session", phase: phaseStart, body: chrome, l: func(l *stubLauncher) { l.stub.FailNewSession = true },
@@ -195,7 +195,7 @@ func createErrorCases() []createErrorCase {
 					close(f.l.block)
 				}()
 			},
-			status: 503, code: "session not created", msg: "shutting down", retry: true, tag: "SESSION_FAILED"},
+			status: 500, code: "session not created", msg: "shutting down", retry: true, tag: "SESSION_FAILED"},
 	}
 }
 

@@ -294,7 +294,7 @@ func (h *Hub) clipboard(w http.ResponseWriter, r *http.Request) {
 		h.proxySocket(w, r, s, cb.JoinPath("/"))
 		return
 	}
-	webdriver.WriteError(w, http.StatusNotImplemented, webdriver.ErrUnsupportedOperation,
+	webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnsupportedOperation,
 		fmt.Sprintf("session %s has no clipboard: it needs a browser with an X display whose image serves the clipboard on port 9090 (aerokube's images do; the project's Chromium image does not)", s.ID))
 }
 

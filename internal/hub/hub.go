@@ -507,7 +507,7 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 
 // Drain stops admitting new sessions and waits, until ctx ends, for the live and
 // starting ones to finish; then it ends the rest. Requests already queued, and
-// every later one, are refused by the closed queue (503 + Retry-After).
+// every later one, are refused by the closed queue (500 + Retry-After).
 func (h *Hub) Drain(ctx context.Context) {
 	h.draining.Store(true)
 	if h.pool != nil {

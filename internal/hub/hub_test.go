@@ -547,7 +547,7 @@ func TestStatusEndpoints(t *testing.T) {
 	f.do("DELETE", "/session/"+id, "")
 }
 
-// Draining: new sessions get a JSON 503 with Retry-After; live sessions run on
+// Draining: new sessions get a JSON 500 with Retry-After; live sessions run on
 // until they end or the grace runs out; then everything is stopped.
 func TestDrain(t *testing.T) {
 	l := &stubLauncher{}
@@ -559,7 +559,7 @@ func TestDrain(t *testing.T) {
 	go func() { f.hub.Drain(ctx); close(done) }()
 	f.ev.Wait(t, "[DRAINING]", time.Minute)
 	resp, body := f.do("POST", "/session", w3cChrome)
-	if code, _ := errOf(body); resp.StatusCode != 503 || code != "session not created" || resp.Header.Get("Retry-After") == "" {
+	if code, _ := errOf(body); resp.StatusCode != 500 || code != "session not created" || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("while draining: %d %v", resp.StatusCode, body)
 	}
 	if resp, _ := f.do("GET", "/readyz", ""); resp.StatusCode != 503 {
@@ -684,7 +684,7 @@ func TestBackendDownFailsFast(t *testing.T) {
 		t.Fatalf("readyz: %d %v", resp.StatusCode, body)
 	}
 	resp, body = f.do("POST", "/session", w3cChrome)
-	if code, msg := errOf(body); resp.StatusCode != 503 || code != "session not created" || !strings.Contains(msg, "unreachable") || resp.Header.Get("Retry-After") == "" {
+	if code, msg := errOf(body); resp.StatusCode != 500 || code != "session not created" || !strings.Contains(msg, "unreachable") || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("create: %d %v %v", resp.StatusCode, resp.Header, body)
 	}
 	if l.starts.Load() != 0 || f.q.Stats().InUse != 0 {

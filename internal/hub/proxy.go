@@ -285,6 +285,8 @@ func (h *Hub) commandError(w http.ResponseWriter, r *http.Request, s *session.Se
 	default:
 	}
 	logtag.Event(h.log, slog.LevelWarn, s.ID, "PROXY_ERROR", r.Method+" "+r.URL.Path, err.Error())
-	webdriver.WriteError(w, http.StatusBadGateway, webdriver.ErrUnknownError,
+	// W3C's status for unknown error: Python's Selenium would return a 502's
+	// error body as the command's value, and the test would go on.
+	webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnknownError,
 		fmt.Sprintf("session %s: the driver at %s did not answer %s %s: %v", s.ID, s.URL().Host, r.Method, r.URL.Path, err))
 }

@@ -36,7 +36,7 @@ const maxUploadEntries = 64
 // wait their turn, for uploadWait at most.
 const uploadBudget = 4
 
-// uploadWait bounds an upload's wait for its turn: past it, 503 and
+// uploadWait bounds an upload's wait for its turn: past it, 500 and
 // Retry-After. A client that left while waiting is not seen until then (its
 // body unread, its connection is not watched).
 const uploadWait = time.Minute
@@ -68,7 +68,7 @@ func (h *Hub) uploadTurn(w http.ResponseWriter, r *http.Request) (func(), bool) 
 	if err != nil {
 		if r.Context().Err() == nil {
 			w.Header().Set("Retry-After", "10")
-			webdriver.WriteError(w, http.StatusServiceUnavailable, webdriver.ErrUnknownError,
+			webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnknownError,
 				fmt.Sprintf("the hub is checking as many file uploads as it holds at once (%d of -max-upload-size %d MiB), and this one found no turn within %v; send it again", uploadBudget, h.opts.MaxUploadSize>>20, uploadWait))
 		}
 		return nil, false

@@ -197,7 +197,7 @@ func TestUploadDecompressedSizeBounded(t *testing.T) {
 // The file uploads the hub holds in memory at once are bounded: past
 // uploadBudget uploads of -max-upload-size that their driver has not read,
 // the next waits for a turn, for uploadWait at most, then is told to retry
-// (503, Retry-After); none is lost. In fake time, so that "waits" is a
+// (500, Retry-After); none is lost. In fake time, so that "waits" is a
 // fact, not a timing margin.
 func TestUploadsHeldAtOnceAreBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -220,8 +220,8 @@ func TestUploadsHeldAtOnceAreBounded(t *testing.T) {
 		}
 		time.Sleep(uploadWait)
 		synctest.Wait()
-		if a := <-answers; a.code != http.StatusServiceUnavailable || a.retry == "" {
-			t.Fatalf("an upload that found no turn within %v: %+v, want 503 and Retry-After", uploadWait, a)
+		if a := <-answers; a.code != http.StatusInternalServerError || a.retry == "" {
+			t.Fatalf("an upload that found no turn within %v: %+v, want 500 and Retry-After", uploadWait, a)
 		}
 		release()
 		for range uploadBudget {

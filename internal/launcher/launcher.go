@@ -119,7 +119,7 @@ type StartError struct {
 	// Engine marks a failure of the engine or host (the start gate counts these).
 	Engine bool
 	// Down marks a backend that does not answer at all (the Docker engine is
-	// unreachable): the request may be retried later, and is answered 503.
+	// unreachable): the request may be retried later, and is answered 500 with Retry-After.
 	Down bool
 }
 

@@ -337,7 +337,7 @@ func TestEngineDownThenBack(t *testing.T) {
 	if !errors.As(err, &se) || !se.Engine || !se.Down || !strings.Contains(err.Error(), "unreachable") || time.Since(t0) > 10*time.Second {
 		t.Fatalf("check while down: %v after %v", err, time.Since(t0))
 	}
-	// The start path says the same, so the hub answers both alike (503).
+	// The start path says the same, so the hub answers both alike (500 + Retry-After).
 	if _, err := l.Start(context.Background(), launcher.Request{ID: "d", Browser: stubRequest().Browser}); !errors.As(err, &se) || !se.Down {
 		t.Fatalf("start while down: %v", err)
 	}

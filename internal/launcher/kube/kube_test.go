@@ -311,7 +311,7 @@ func TestStartFaults(t *testing.T) {
 }
 
 // The API server stops answering while a pod starts: the client is told so
-// (503 material: Down) at the start-up timeout, without waiting on the pod's
+// (Down: 500 + Retry-After) at the start-up timeout, without waiting on the pod's
 // removal, which goes on against an API server that does not answer.
 func TestAPIServerDownDuringAStart(t *testing.T) {
 	client := fake.NewClientset()

@@ -15,7 +15,7 @@ import (
 )
 
 // syncTimeout bounds Prepare's wait for the informer's first list: a hub
-// whose API server is down starts anyway, answering 503 until it is up.
+// whose API server is down starts anyway, answering 500 with Retry-After until it is up.
 const syncTimeout = 10 * time.Second
 
 // Prepare asks the API server, starts the informer over this instance's pods
