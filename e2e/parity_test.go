@@ -233,3 +233,28 @@ func TestSessionLogsLocalDriver(t *testing.T) {
 	}
 	h.stop(t)
 }
+
+// Real Chromium: closing its last window ends chromedriver's session, and the
+// hub's with it (Grid's behaviour): the slot is free at once and a later
+// command is told why the session ended.
+func TestLastWindowClosedEndsTheSession(t *testing.T) {
+	requireRealParts(t)
+	h := startHub(t, "-limit", "1")
+	r := call(t, "POST", h.url+"/wd/hub/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome"}}}`)
+	id := r.Value.SessionID
+	if r.status != 200 || id == "" {
+		t.Fatalf("create: %+v", r)
+	}
+	if got := string(rawCall(t, "DELETE", h.url+"/wd/hub/session/"+id+"/window", "")); got != `{"value":[]}` {
+		t.Fatalf("closing the only window: %q, want chromedriver's empty list", got)
+	}
+	if r := call(t, "GET", h.url+"/wd/hub/session/"+id+"/title", ""); r.status != 404 || !strings.Contains(r.Value.Message, "last window was closed") {
+		t.Fatalf("a command after the last window closed: %d %q", r.status, r.Value.Message)
+	}
+	if st := h.settled(t); st["used"] != 0.0 {
+		t.Fatalf("after the last window closed /status says %v", st)
+	}
+	if n := h.metric(t, `websummoner_sessions_ended_total{reason="last_window"}`); n != 1 {
+		t.Fatalf("ended_total{reason=last_window} = %v, want 1", n)
+	}
+}

@@ -233,9 +233,10 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 	// capabilities somewhere else.
 	h.client = &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	h.proxy = &httputil.ReverseProxy{
-		Rewrite:      h.rewrite,
-		Transport:    opts.Transport,
-		ErrorHandler: h.proxyError,
+		Rewrite:        h.rewrite,
+		Transport:      opts.Transport,
+		ErrorHandler:   h.proxyError,
+		ModifyResponse: h.lastWindow,
 		// FlushInterval stays 0: an answer of known length leaves in one
 		// write, headers and body together, when the handler returns. A
 		// negative interval would flush the headers apart from the body (a write

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -801,4 +802,36 @@ func TestUnknownVendorOptionsAreIgnoredAndLogged(t *testing.T) {
 	}
 	f.ev.Wait(t, "[IGNORED_OPTIONS] [selenoid:options.moonOnly]", time.Minute)
 	f.do("DELETE", "/session/"+body["value"].(map[string]any)["sessionId"].(string), "")
+}
+
+// Closing the last window ends a W3C driver's session, and the hub ends its
+// own with it, as Grid does: the slot is free for the next request at once,
+// not after the idle timeout. A window closed while another is open ends
+// nothing.
+func TestLastWindowEndsTheSession(t *testing.T) {
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	f.do("POST", "/session/"+id+"/window/new", `{"type":"tab"}`)
+	if resp, body := f.do("DELETE", "/session/"+id+"/window", ""); resp.StatusCode != 200 || fmt.Sprint(body["value"]) != "[w1]" {
+		t.Fatalf("closing one of two windows: %d %v", resp.StatusCode, body)
+	}
+	if resp, _ := f.do("GET", "/session/"+id+"/title", ""); resp.StatusCode != 200 {
+		t.Fatalf("a command after closing one of two windows: %d, want the session alive", resp.StatusCode)
+	}
+	if resp, body := f.do("DELETE", "/session/"+id+"/window", ""); resp.StatusCode != 200 || fmt.Sprint(body["value"]) != "[]" {
+		t.Fatalf("closing the last window: %d %v, want the driver's empty list", resp.StatusCode, body)
+	}
+	resp, body := f.do("GET", "/session/"+id+"/title", "")
+	if code, msg := errOf(body); resp.StatusCode != 404 || code != "invalid session id" || !strings.Contains(msg, "last window was closed") {
+		t.Fatalf("a command after the last window closed: %d %s %q", resp.StatusCode, code, msg)
+	}
+	// With -limit 1, a second session needs the first one's slot: it queues
+	// (no timeout) until the teardown has given the slot back.
+	if resp, body := f.do("POST", "/session", w3cChrome); resp.StatusCode != 200 {
+		t.Fatalf("a new session after the last window closed: %d %v", resp.StatusCode, body)
+	}
+	if n := sample(t, f, "websummoner_sessions_ended_total", "reason", session.ReasonLastWindow); n != 1 {
+		t.Errorf("ended_total{reason=last_window} = %v, want 1", n)
+	}
 }

@@ -69,7 +69,9 @@ func (m *memTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}()
 	select {
 	case <-done:
-		return rec.Result(), nil
+		resp := rec.Result()
+		resp.Request = req // as Go's Transport gives it
+		return resp, nil
 	case <-req.Context().Done():
 		return nil, req.Context().Err()
 	}

@@ -1,15 +1,18 @@
 package hub
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync/atomic"
 
 	"github.com/gorilla/mux"
 	"golang.org/x/net/http/httpguts"
@@ -73,7 +76,12 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 	if !ok {
 		return
 	}
-	defer h.sessions.Done(s)
+	held := true
+	defer func() {
+		if held {
+			h.sessions.Done(s)
+		}
+	}()
 	if r.Header.Get("Upgrade") != "" && httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade") {
 		if httpguts.HeaderValuesContainsToken(r.Header["Upgrade"], "websocket") {
 			// A socket to the driver is a side channel: counted against the
@@ -106,7 +114,61 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 		}
 		ctx = b.trace(ctx)
 	}
+	var closed *atomic.Bool
+	if _, rest, _ := commandPath(r.URL.EscapedPath()); rest == "window" && r.Method == http.MethodDelete {
+		closed = new(atomic.Bool)
+		ctx = context.WithValue(ctx, lastWindowKey{}, closed)
+	}
 	h.proxy.ServeHTTP(w, r.WithContext(ctx))
+	if closed != nil && closed.Load() {
+		held = false
+		h.sessions.Done(s)
+		h.endBeforeAnswer(s, session.ReasonLastWindow)
+	}
+}
+
+type lastWindowKey struct{}
+
+// lastWindow is the proxy's ModifyResponse. It notes a Close Window that
+// closed the browser's last window: a W3C driver then ends its session
+// (its answer is the empty list of the windows left), and the hub ends the
+// session too, as Grid does, rather than hold the slot until the idle
+// timeout. The answer passes on unchanged.
+func (h *Hub) lastWindow(resp *http.Response) error {
+	if resp.Request == nil || resp.Request.Method != http.MethodDelete || resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	closed, ok := resp.Request.Context().Value(lastWindowKey{}).(*atomic.Bool)
+	if !ok {
+		return nil
+	}
+	const most = 4096 // {"value":[]} with room for spaces; a longer answer names a window
+	b, err := io.ReadAll(io.LimitReader(resp.Body, most))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b), resp.Body), resp.Body}
+	var v struct {
+		Value *[]json.RawMessage `json:"value"`
+	}
+	if err == nil && len(b) < most && json.Unmarshal(b, &v) == nil && v.Value != nil && len(*v.Value) == 0 {
+		closed.Store(true)
+	}
+	return nil
+}
+
+// endBeforeAnswer ends s, whose caller holds it no longer, and returns once
+// it is out of the registry: a command after the answer gets invalid session
+// id, while the teardown (browser processes, the container) runs on, holding
+// the slot until it is done.
+func (h *Hub) endBeforeAnswer(s *session.Session, reason string) {
+	removed := make(chan struct{})
+	go func() {
+		if !h.sessions.EndThen(s, reason, func() { close(removed) }) {
+			close(removed) // another end path (idle timeout, crash) took it meanwhile
+		}
+	}()
+	<-removed
 }
 
 // bodyClock is a request body whose arrival is timed (the server's
@@ -151,16 +213,9 @@ func (h *Hub) deleteSession(w http.ResponseWriter, r *http.Request) {
 	}
 	h.sessions.Done(s)
 	ended = true
-	// The teardown (browser processes, the container) runs on after the
-	// answer, holding the slot until it is done; the answer waits only until
-	// the session is no longer found, so no command reaches a dying browser.
-	removed := make(chan struct{})
-	go func() {
-		if !h.sessions.EndThen(s, session.ReasonDeleted, func() { close(removed) }) {
-			close(removed) // another end path (idle timeout, crash) took it meanwhile
-		}
-	}()
-	<-removed
+	// The answer waits until the session is no longer found, so no command
+	// reaches a dying browser.
+	h.endBeforeAnswer(s, session.ReasonDeleted)
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)

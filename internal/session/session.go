@@ -28,9 +28,12 @@ const (
 	ReasonCrashed    = "crashed"     // the browser or driver exited by itself
 	ReasonClientGone = "client_gone" // created after its client had left
 	ReasonShutdown   = "shutdown"    // the hub is stopping
+	// ReasonLastWindow: the client closed the browser's last window, which
+	// ends the driver's session (W3C Close Window), as Grid ends it.
+	ReasonLastWindow = "last_window"
 )
 
-var reasons = []string{ReasonDeleted, ReasonIdle, ReasonLifetime, ReasonCrashed, ReasonClientGone, ReasonShutdown}
+var reasons = []string{ReasonDeleted, ReasonIdle, ReasonLifetime, ReasonCrashed, ReasonClientGone, ReasonShutdown, ReasonLastWindow}
 
 var eventOf = map[string]string{
 	ReasonDeleted:    "SESSION_DELETED",
@@ -39,6 +42,7 @@ var eventOf = map[string]string{
 	ReasonCrashed:    "BROWSER_EXITED",
 	ReasonClientGone: "CLIENT_DISCONNECTED",
 	ReasonShutdown:   "SESSION_SHUTDOWN",
+	ReasonLastWindow: "SESSION_LAST_WINDOW_CLOSED",
 }
 
 // Releaser gives back what a session holds besides its browser: its queue slot.
@@ -140,7 +144,7 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Registr
 	r := &Registry{opts: opts, log: logger, sessions: map[string]*Session{}, recent: map[string]endedRecord{}}
 	r.ended = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "websummoner_sessions_ended_total",
-		Help: "Sessions ended, by reason: deleted, timeout (idle), lifetime, crashed, client_gone, shutdown.",
+		Help: "Sessions ended, by reason: deleted, timeout (idle), lifetime, crashed, client_gone, shutdown, last_window.",
 	}, []string{"reason"})
 	for _, rs := range reasons {
 		r.ended.WithLabelValues(rs)
@@ -330,6 +334,7 @@ func (r *Registry) rememberLocked(id, reason string, s *Session) {
 		ReasonCrashed:    "the browser exited (" + s.Instance.ExitReason() + ")",
 		ReasonClientGone: "its client disconnected before the session was created",
 		ReasonShutdown:   "the hub is shutting down",
+		ReasonLastWindow: "its last window was closed",
 	}[reason]
 	r.recent[id] = endedRecord{why: why, owner: s.Owner}
 	r.order = append(r.order, id)

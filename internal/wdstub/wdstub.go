@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -134,6 +135,26 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		write(w, 200, map[string]any{"value": u})
 	case cmd == "title":
 		write(w, 200, map[string]any{"value": "wdstub"})
+	case cmd == "window/new" && r.Method == http.MethodPost:
+		s.mu.Lock()
+		n := windows(state) + 1
+		state["windows"] = n
+		s.mu.Unlock()
+		write(w, 200, map[string]any{"value": map[string]any{"handle": fmt.Sprintf("w%d", n), "type": "tab"}})
+	case cmd == "window" && r.Method == http.MethodDelete:
+		// W3C Close Window: the handles left; closing the last ends the session.
+		s.mu.Lock()
+		n := windows(state) - 1
+		state["windows"] = n
+		if n == 0 {
+			delete(s.sessions, id)
+		}
+		s.mu.Unlock()
+		left := []string{}
+		for i := range n {
+			left = append(left, fmt.Sprintf("w%d", i+1))
+		}
+		write(w, 200, map[string]any{"value": left})
 	case cmd == "echo":
 		write(w, 200, map[string]any{"value": map[string]any{"method": r.Method, "path": r.URL.EscapedPath(), "query": r.URL.RawQuery, "body": string(body)}})
 	default:
@@ -196,4 +217,12 @@ func (s *Server) newSession(w http.ResponseWriter, r *http.Request) {
 func toString(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// windows is how many windows a session has open: one at its start.
+func windows(state map[string]any) int {
+	if n, ok := state["windows"].(int); ok {
+		return n
+	}
+	return 1
 }
