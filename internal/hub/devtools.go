@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/websummoner/websummoner/internal/httpserver"
 	"github.com/websummoner/websummoner/internal/logtag"
@@ -252,13 +253,19 @@ func replaceSocket(text, from, to string, dropID bool) string {
 }
 
 // wsBase is the hub's WebSocket base URL as the client reached it: the Host it
-// used (so ggr and reverse proxies stay in the path) and ws or wss.
+// used, or the one a reverse proxy in front says it used (X-Forwarded-Host),
+// so that proxies stay in the path, and ws or wss. Only the asking client
+// reads the answer, so what it claims misleads no one else.
 func (h *Hub) wsBase(r *http.Request) string {
 	scheme := "ws"
 	if r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
 		scheme = "wss"
 	}
-	return scheme + "://" + r.Host
+	host := r.Host
+	if fh, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Host"), ","); httpguts.ValidHostHeader(strings.TrimSpace(fh)) && strings.TrimSpace(fh) != "" {
+		host = strings.TrimSpace(fh) // the first proxy's
+	}
+	return scheme + "://" + host
 }
 
 // bidi serves /session/{id}/se/bidi: the driver's WebDriver BiDi socket.

@@ -60,6 +60,14 @@ func TestDevToolsThroughHub(t *testing.T) {
 	if caps["se:cdp"] != "ws://"+host+"/devtools/"+id+"/" {
 		t.Fatalf("se:cdp %v", caps["se:cdp"])
 	}
+	// Behind a reverse proxy that says where the client reached it, the
+	// socket's URL is the proxy's.
+	_, body = f.do("POST", "/session", w3cChrome, "X-Forwarded-Host", "grid.example:443, inner:80", "X-Forwarded-Proto", "https")
+	v2 := body["value"].(map[string]any)
+	if got, want := v2["capabilities"].(map[string]any)["se:cdp"], "wss://grid.example:443/devtools/"+v2["sessionId"].(string)+"/"; got != want {
+		t.Fatalf("se:cdp behind a proxy: %v, want %s", got, want)
+	}
+	f.do("DELETE", "/session/"+v2["sessionId"].(string), "")
 	for path, want := range map[string]string{"/": "/devtools/browser/b-1", "/browser": "/devtools/browser/b-1", "/page": "/devtools/page/p-1", "/page/p-7": "/devtools/page/p-7", "/page/p-7/": "/devtools/page/p-7", "/page/p%2D8": "/devtools/page/p-8"} {
 		ws, err := websocket.Dial("ws://"+host+"/devtools/"+id+path, "", "http://elsewhere.example/")
 		if err != nil {
