@@ -138,6 +138,10 @@ type Launcher struct {
 	recorders map[string]*instance // recorder container id → its browser's instance
 	creating  map[string]bool      // container names being created
 	networks  map[string]bool      // sessions' own networks, while their container lives
+	// dangling are containers whose removal failed (engine down, a removal
+	// already under way), with the loopback ports they published: the sweep
+	// gives the ports back once the container is gone.
+	dangling map[string][]uint16
 	addr      Address              // how drivers are reached, once known (address)
 	self      string               // the hub's own container with ByIP, if it joins networks
 	pub       published            // where Published ports are, by the engine's DOCKER_HOST
@@ -167,6 +171,7 @@ func New(opts Options, engine Engine, logger *slog.Logger, reg prometheus.Regist
 		recorders: map[string]*instance{},
 		creating:  map[string]bool{},
 		networks:  map[string]bool{},
+		dangling:  map[string][]uint16{},
 	}
 	if d, ok := engine.(interface{ DaemonHost() string }); ok {
 		l.pub = publishedOn(d.DaemonHost())

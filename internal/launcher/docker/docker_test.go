@@ -609,3 +609,53 @@ func TestClientLeavingDuringCreateLeavesNothing(t *testing.T) {
 		t.Fatalf("networks left once Start returned: %v %v", nets, err)
 	}
 }
+
+// removeOnceFails is the real engine whose first container removal fails,
+// as when `docker rm -f` is already removing it (409) or the engine stops
+// answering in the middle of a teardown: races the real engine does not
+// produce on demand.
+type removeOnceFails struct {
+	Engine
+	failed atomic.Bool
+}
+
+func (e *removeOnceFails) ContainerRemove(ctx context.Context, id string, o container.RemoveOptions) error {
+	if e.failed.CompareAndSwap(false, true) {
+		return errors.New("removal of container " + id + " is already in progress (injected)")
+	}
+	return e.Engine.ContainerRemove(ctx, id, o)
+}
+
+// A teardown whose removal fails leaves the container, its network and its
+// published ports to the next sweep, which takes all three: the network was
+// held as a live session's for the hub's whole life, and Docker's address
+// pools hold about 30 of them.
+func TestFailedRemovalIsTheSweepsWhole(t *testing.T) {
+	ports := &egress.PortSet{}
+	l, _ := newLauncher(t, Options{Published: ports}, &removeOnceFails{Engine: engine})
+	inst, err := l.Start(context.Background(), stubRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := inst.(*instance).published
+	if len(pub) == 0 || !ports.Holds(pub[0]) {
+		t.Fatalf("the session's published ports %v are not refused to sandboxes", pub)
+	}
+	if err := inst.Stop(context.Background()); err == nil {
+		t.Fatal("the injected removal failure was not reported")
+	}
+	if !ports.Holds(pub[0]) {
+		t.Fatal("ports given back while their container may still publish them")
+	}
+	l.Sweep(context.Background())
+	if n := len(containersOf(t, l.opts.Instance)); n != 0 {
+		t.Fatalf("%d containers left after the sweep", n)
+	}
+	nets, err := engine.NetworkList(context.Background(), network.ListOptions{Filters: filters.NewArgs(filters.Arg("label", LabelInstance+"="+l.opts.Instance))})
+	if err != nil || len(nets) != 0 {
+		t.Fatalf("networks left after the sweep: %v %v", nets, err)
+	}
+	if ports.Holds(pub[0]) {
+		t.Fatalf("port %d still refused to sandboxes after its container was swept", pub[0])
+	}
+}

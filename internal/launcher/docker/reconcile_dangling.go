@@ -38,7 +38,13 @@ func (l *Launcher) removeNow(ctx context.Context, inst *instance) error {
 	}
 	err := l.engine.ContainerRemove(ctx, inst.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
-		// Its ports stay refused to sandboxed browsers: it may publish them yet.
+		// The sweep takes the container, then its network, which no live
+		// session owns any more; its ports stay refused to sandboxed browsers
+		// until the container is gone: it may publish them yet.
+		l.mu.Lock()
+		l.dangling[inst.id] = inst.published
+		delete(l.networks, inst.network)
+		l.mu.Unlock()
 		logtag.Event(l.log, slog.LevelWarn, "", "CONTAINER_REMOVE_FAILED", shortID(inst.id), err, "the sweep will retry")
 		return fmt.Errorf("removing container %s: %w (the sweep retries every -sweep-interval)", shortID(inst.id), err)
 	}
@@ -74,6 +80,7 @@ func (l *Launcher) sweep(ctx context.Context, all bool) int {
 		return 0
 	}
 	n := 0
+	listed := map[string]bool{} // containers still there after this sweep
 	for _, c := range list {
 		l.mu.Lock()
 		owned := l.live[c.ID] != nil || l.recorders[c.ID] != nil
@@ -82,6 +89,7 @@ func (l *Launcher) sweep(ctx context.Context, all bool) int {
 		}
 		l.mu.Unlock()
 		if owned && !all {
+			listed[c.ID] = true
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, l.opts.StopTimeout)
@@ -89,8 +97,22 @@ func (l *Launcher) sweep(ctx context.Context, all bool) int {
 		cancel()
 		if err == nil || cerrdefs.IsNotFound(err) {
 			n++
+		} else {
+			listed[c.ID] = true // not gone yet
 		}
 	}
+	// A container whose removal failed and that is no longer listed (or was
+	// removed just now) is gone: the ports it published are free.
+	var freed []uint16
+	l.mu.Lock()
+	for id, ports := range l.dangling {
+		if !listed[id] {
+			freed = append(freed, ports...)
+			delete(l.dangling, id)
+		}
+	}
+	l.mu.Unlock()
+	l.opts.Published.Remove(freed...)
 	if n > 0 {
 		why := "no live session owns them"
 		if all {
