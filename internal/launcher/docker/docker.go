@@ -142,10 +142,10 @@ type Launcher struct {
 	// already under way), with the loopback ports they published: the sweep
 	// gives the ports back once the container is gone.
 	dangling map[string][]uint16
-	addr      Address              // how drivers are reached, once known (address)
-	self      string               // the hub's own container with ByIP, if it joins networks
-	pub       published            // where Published ports are, by the engine's DOCKER_HOST
-	fromHub   string               // the hub's address toward a remote engine (address)
+	addr     Address   // how drivers are reached, once known (address)
+	self     string    // the hub's own container with ByIP, if it joins networks
+	pub      published // where Published ports are, by the engine's DOCKER_HOST
+	fromHub  string    // the hub's address toward a remote engine (address)
 }
 
 // New returns a Docker launcher. Run must be called for the health check, the
