@@ -355,7 +355,10 @@ func (h *Hub) check(c *creation) error {
 		return nil
 	}
 	err := ch.Check(c.ctx, c.browser)
-	if err != nil {
+	// An engine known to be down refuses before anything starts: no start
+	// failed, and WebSummonerDockerDown tells it; counted, each refusal
+	// would raise WebSummonerStartsFailing too.
+	if se := (*launcher.StartError)(nil); err != nil && !(errors.As(err, &se) && se.Down) {
 		h.countFailure(c.browser, err)
 	}
 	return err
@@ -436,6 +439,9 @@ func (h *Hub) startAttempts(c *creation) error {
 			var ae *webdriver.ArgumentError
 			if errors.As(err, &ae) {
 				return err // the client's options, as the launcher reads them: 400, not a failed start
+			}
+			if se := (*launcher.StartError)(nil); errors.As(err, &se) && se.Down {
+				return err // another attempt meets the same engine
 			}
 			h.countFailure(c.browser, err)
 			lastErr = err

@@ -691,6 +691,10 @@ func TestBackendDownFailsFast(t *testing.T) {
 	if l.starts.Load() != 0 || f.q.Stats().InUse != 0 {
 		t.Fatal("a doomed start took a slot or started")
 	}
+	// Nothing started, so nothing failed: the engine's own alert tells it.
+	if got := testutil.ToFloat64(f.hub.m.startFailures.WithLabelValues("chrome", launcher.PhaseStart)); got != 0 {
+		t.Fatalf("a refusal of a down engine counted %v start failures", got)
+	}
 }
 
 // Drain returns the moment the last session ends, not on a polling tick; in fake

@@ -410,6 +410,10 @@ func (l *Launcher) startErr(ctx context.Context, b config.Resolved, phase, what 
 	switch {
 	case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return ctx.Err()
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) && !l.health.Up():
+		// The engine stopped answering under this start: try again later,
+		// or elsewhere, and not a fault of the browser's to count.
+		return l.health.DownErr(b, err)
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return &launcher.StartError{Phase: phase, Browser: b.String(), Engine: true, Err: err,
 			Msg: fmt.Sprintf("%s took longer than -service-startup-timeout %v: %v", what, l.opts.StartupTimeout, err)}

@@ -659,3 +659,38 @@ func TestFailedRemovalIsTheSweepsWhole(t *testing.T) {
 		t.Fatalf("port %d still refused to sandboxes after its container was swept", pub[0])
 	}
 }
+
+// hangingEngine is flakyEngine whose engine stops answering in the middle of
+// creating a container: the call hangs and pings fail from then on, as when
+// dockerd freezes under a start (a fault the real engine cannot produce on
+// demand without stopping it for every other test).
+type hangingEngine struct{ *flakyEngine }
+
+func (e hangingEngine) ContainerCreate(ctx context.Context, config *container.Config, host *container.HostConfig, netCfg *network.NetworkingConfig, platform *ocispec.Platform, name string) (container.CreateResponse, error) {
+	e.down.Store(true)
+	<-ctx.Done()
+	return container.CreateResponse{}, ctx.Err()
+}
+
+// A start under way when the engine stops answering ends at
+// -service-startup-timeout as the engine being down (500 + Retry-After, not
+// counted against the browser), not as a browser too slow to start.
+func TestEngineHangsDuringAStart(t *testing.T) {
+	needEngine(t)
+	eng := hangingEngine{&flakyEngine{Client: engine}}
+	ev, log := logtest.New(1000)
+	l, err := New(Options{Options: launcher.Options{Instance: instanceName(t), StartupTimeout: 10 * time.Second, StopTimeout: 10 * time.Second}, HealthInterval: 20 * time.Millisecond}, eng, log, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.SweepAll(context.Background()) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go l.Run(ctx)
+	ev.Wait(t, "[DOCKER_UP]", 30*time.Second)
+	_, err = l.Start(context.Background(), stubRequest())
+	var se *launcher.StartError
+	if !errors.As(err, &se) || !se.Down || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("a start the engine froze under: %v (down %v)", err, se != nil && se.Down)
+	}
+}
