@@ -41,6 +41,7 @@ const (
 	DefaultSessionAttemptTimeout = 30 * time.Second
 	DefaultSessionDeleteTimeout  = 30 * time.Second
 	DefaultMaxUploadSize         = 64 << 20
+	DefaultExitGrace             = time.Second
 )
 
 // Options configure the hub. The zero value works: every field's zero value is
@@ -107,6 +108,11 @@ type Options struct {
 	// header is a name other than localhost, *.localhost or one of these is
 	// refused (403) before anything else (hostAllowed). nil takes every Host.
 	AllowedHosts []string
+	// ExitGrace is how long a command whose driver dropped its connection
+	// waits for the browser's exit to be seen (a container's die event comes
+	// after the connection breaks), so that it is answered invalid session id
+	// as the next command would be, not unknown error. Zero: DefaultExitGrace.
+	ExitGrace time.Duration
 }
 
 // DialFunc opens a connection, as net.Dialer.DialContext does.
@@ -163,6 +169,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.RetryCount == 0 {
 		o.RetryCount = 1
+	}
+	if o.ExitGrace <= 0 {
+		o.ExitGrace = DefaultExitGrace
 	}
 	if o.MaxUploadSize == 0 {
 		o.MaxUploadSize = DefaultMaxUploadSize

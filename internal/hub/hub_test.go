@@ -208,6 +208,11 @@ func newFixtureWith(t testing.TB, qopts queue.Options, hopts Options, sopts sess
 	if l.mem != nil {
 		hopts.Transport = l.mem
 	}
+	if hopts.ExitGrace == 0 {
+		// The hostile drivers hang up on purpose, and are no browser
+		// that exits: each would wait the whole default.
+		hopts.ExitGrace = time.Millisecond
+	}
 	if f.hub, err = New(hopts, f.q, config.NewStore(bs), Launchers{Process: l}, f.sess, log, f.reg); err != nil {
 		t.Fatal(err)
 	}
@@ -837,5 +842,44 @@ func TestLastWindowEndsTheSession(t *testing.T) {
 	}
 	if n := sample(t, f, "websummoner_sessions_ended_total", "reason", session.ReasonLastWindow); n != 1 {
 		t.Errorf("ended_total{reason=last_window} = %v, want 1", n)
+	}
+}
+
+// A browser killed under a command drops the driver's connection before its
+// exit is seen (Docker's die event comes after): the command in flight is
+// answered as the next one would be, invalid session id saying the browser
+// exited, not unknown error.
+func TestCommandInFlightWhenTheBrowserDies(t *testing.T) {
+	got := make(chan struct{}, 1)
+	l := &stubLauncher{wrap: func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.URL.Path, "/hang") {
+				io.Copy(io.Discard, r.Body) // so that the hang-up cancels r's context
+				got <- struct{}{}
+				<-r.Context().Done()
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{ExitGrace: time.Minute}, l)
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	type answer struct {
+		status int
+		body   map[string]any
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		resp, body := f.do("POST", "/session/"+id+"/hang", "{}") // not retried on a new connection, as a GET is
+		answered <- answer{resp.StatusCode, body}
+	}()
+	<-got
+	inst := instanceOf(f, id)
+	inst.srv.CloseClientConnections()                // the connection breaks first,
+	time.AfterFunc(200*time.Millisecond, inst.crash) // the exit is seen after
+	a := <-answered
+	if code, msg := errOf(a.body); a.status != http.StatusNotFound || code != "invalid session id" || !strings.Contains(msg, "the browser exited") {
+		t.Fatalf("the command in flight when the browser died: %d %s %q", a.status, code, msg)
 	}
 }

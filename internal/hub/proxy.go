@@ -13,6 +13,8 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/gorilla/mux"
 	"golang.org/x/net/http/httpguts"
@@ -307,6 +309,12 @@ func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Header.Del("Expect")
 }
 
+// connectionLost reports an error of a connection the driver's side ended:
+// what a browser killed under a command leaves, not a malformed answer.
+func connectionLost(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED)
+}
+
 // proxyError answers a command the driver did not answer: invalid session id if the
 // browser is gone (and the session ends), unknown error otherwise; nothing to a
 // client that left.
@@ -323,6 +331,18 @@ func (h *Hub) commandError(w http.ResponseWriter, r *http.Request, s *session.Se
 	if errors.As(err, &tooBig) {
 		webdriver.WriteError(w, http.StatusRequestEntityTooLarge, webdriver.ErrInvalidArgument, h.uploadTooLarge())
 		return
+	}
+	if connectionLost(err) {
+		// A browser killed under a command drops the connection before its
+		// exit is seen (a container's die event comes after): wait a moment
+		// for it, so the command in flight is told what the next one would.
+		t := time.NewTimer(h.opts.ExitGrace)
+		select {
+		case <-s.Instance.Exited():
+		case <-s.Ended():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	select {
 	case <-s.Instance.Exited():
