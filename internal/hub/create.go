@@ -146,6 +146,11 @@ func (h *Hub) runPhases(c *creation, phases []creationPhase) bool {
 		if err == nil && c.ctx.Err() != nil && step.phase != phaseRegister {
 			err = errClientGone // stop working for a client that has left
 		}
+		if err != nil && h.shutDown.Load() && (step.phase == phaseStart || step.phase == phaseRegister) {
+			// Whatever the start met — its context ended by Drain, its
+			// container swept — the hub is what went away.
+			err = errShutDown
+		}
 		if err != nil {
 			h.abandon(c)
 			h.writeCreateError(c.w, c.id, &createError{phase: step.phase, err: err})
@@ -407,6 +412,10 @@ func (h *Hub) admit(c *creation) error {
 func (h *Hub) start(c *creation) error {
 	h.pending.Add(1)
 	defer h.pending.Add(-1)
+	// The end of the grace period ends a start under way (Drain): its
+	// browser is stopped and its slot given back within the shutdown, and
+	// the client hears that the hub is shutting down (runPhases).
+	defer context.AfterFunc(h.stopStarts, c.cancel)()
 	switch c.warm {
 	case pool.Hit:
 		return nil

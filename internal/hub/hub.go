@@ -225,6 +225,9 @@ type Hub struct {
 	pending  atomic.Int64
 	draining atomic.Bool // Drain has begun: /readyz and /status say so
 	shutDown atomic.Bool // the grace period is over: no session may be registered
+	// stopStarts ends with the grace period: starts under way end with it.
+	stopStarts context.Context
+	endStarts  context.CancelFunc
 }
 
 // New builds a hub from its parts.
@@ -238,6 +241,7 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 	}
 	h := &Hub{opts: opts, log: logger, queue: q, conf: conf, launchers: ls, sessions: sessions, started: time.Now(),
 		uploads: semaphore.NewWeighted(uploadBudget * opts.MaxUploadSize), reads: semaphore.NewWeighted(readBudget), parses: semaphore.NewWeighted(parseBudget)}
+	h.stopStarts, h.endStarts = context.WithCancel(context.Background())
 	// The new-session call must not follow a driver's redirects and re-post the
 	// capabilities somewhere else.
 	h.client = &http.Client{Transport: opts.Transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -533,6 +537,7 @@ func (h *Hub) Drain(ctx context.Context) {
 	case <-ctx.Done():
 	}
 	h.shutDown.Store(true)
+	h.endStarts()
 	h.sessions.EndAll(session.ReasonShutdown)
 	// A start still under way ends in register, refused: wait for its slot, for
 	// as long as a stop may take.

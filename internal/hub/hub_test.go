@@ -883,3 +883,38 @@ func TestCommandInFlightWhenTheBrowserDies(t *testing.T) {
 		t.Fatalf("the command in flight when the browser died: %d %s %q", a.status, code, msg)
 	}
 }
+
+// The grace period's end ends a start under way: its client hears that the
+// hub is shutting down (with Retry-After), not what the start met on its way
+// down, and Drain does not wait for a start that would go on for its whole
+// startup timeout.
+func TestGracePeriodEndsAStartUnderWay(t *testing.T) {
+	l := &stubLauncher{block: make(chan struct{}), entered: make(chan struct{}, 1)}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{SessionDeleteTimeout: time.Hour}, l)
+	type answer struct {
+		resp *http.Response
+		body map[string]any
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		resp, body := f.do("POST", "/session", w3cChrome)
+		answered <- answer{resp, body}
+	}()
+	<-l.entered
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the grace period is over at once
+	done := make(chan struct{})
+	go func() { f.hub.Drain(ctx); close(done) }()
+	a := <-answered
+	if code, msg := errOf(a.body); a.resp.StatusCode != 500 || code != "session not created" || !strings.Contains(msg, "shutting down") || a.resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a start under way at the grace period's end: %d %s %q (Retry-After %q)", a.resp.StatusCode, code, msg, a.resp.Header.Get("Retry-After"))
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Drain waited on a start the grace period's end should have ended")
+	}
+	if st := f.q.Stats(); st.InUse != 0 {
+		t.Fatalf("slots held after the drain: %+v", st)
+	}
+}
