@@ -1,8 +1,6 @@
 package hub
 
 import (
-	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -49,20 +47,7 @@ func TestRebindingRefused(t *testing.T) {
 	f := newFixture(t, queue.Options{Limit: 1}, Options{AllowedHosts: []string{"grid.example"}}, l)
 	send := func(method, path, host, body string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest(method, f.srv.URL+path, strings.NewReader(body))
-		req.Host = host
-		req.Header.Set("Origin", "http://"+host)
-		req.Header.Set("Content-Type", "text/plain")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		data, _ := io.ReadAll(resp.Body)
-		var out map[string]any
-		if err := json.Unmarshal(data, &out); err != nil {
-			t.Fatalf("%s %s Host %s: %d non-JSON body %q", method, path, host, resp.StatusCode, data)
-		}
+		resp, out := f.do(method, path, body, "Host", host, "Origin", "http://"+host, "Content-Type", "text/plain")
 		code, msg := errOf(out)
 		if resp.StatusCode == http.StatusForbidden && (code != "unknown error" || !strings.Contains(msg, "-allowed-hosts")) {
 			t.Errorf("%s %s Host %s: 403 with %q %q, want unknown error naming -allowed-hosts", method, path, host, code, msg)
@@ -84,14 +69,7 @@ func TestRebindingRefused(t *testing.T) {
 	}
 	// Without the check (an exposed hub's default) any name is served.
 	g := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
-	req, _ := http.NewRequest("GET", g.srv.URL+"/status", nil)
-	req.Host = "evil.example"
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	if resp, _ := g.do("GET", "/status", "", "Host", "evil.example"); resp.StatusCode != http.StatusOK {
 		t.Errorf("/status with no host check: %d, want 200", resp.StatusCode)
 	}
 }

@@ -250,6 +250,9 @@ func (f *fixture) do(method, path, body string, hdr ...string) (*http.Response, 
 		for i := 0; i+1 < len(hdr); i += 2 {
 			req.Header.Set(hdr[i], hdr[i+1])
 		}
+		if h := req.Header.Get("Host"); h != "" {
+			req.Host = h // what Go's client sends as Host
+		}
 		var err error
 		if resp, err = http.DefaultClient.Do(req); err != nil {
 			f.t.Fatal(err)
