@@ -254,6 +254,10 @@ func TestLastWindowClosedEndsTheSession(t *testing.T) {
 	if st := h.settled(t); st["used"] != 0.0 {
 		t.Fatalf("after the last window closed /status says %v", st)
 	}
+	// driver.close() then driver.quit(), as teardown code does.
+	if r := call(t, "DELETE", h.url+"/wd/hub/session/"+id, ""); r.status != 200 {
+		t.Fatalf("quit after the last window closed: %+v", r)
+	}
 	if n := h.metric(t, `websummoner_sessions_ended_total{reason="last_window"}`); n != 1 {
 		t.Fatalf("ended_total{reason=last_window} = %v, want 1", n)
 	}

@@ -466,7 +466,9 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 		return nil, err
 	}
 	c.hub.Auth = p.auth
-	c.hub.AllowedHosts = allowedHosts(c.allowedHosts, c.listen)
+	if c.hub.AllowedHosts, err = allowedHosts(c.allowedHosts, c.listen); err != nil {
+		return nil, err
+	}
 	c.hub.Version = version
 	c.hub.Metrics = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	c.hub.Gate = gate
@@ -695,23 +697,38 @@ func healthcheck(c *flagConfig, stderr io.Writer) int {
 // loopback no client has a reason to call it by another name, and a web page
 // in a browser on the same host is the one peer that can (DNS rebinding),
 // while a hub on the network is reached by whatever name its users have.
-func allowedHosts(flag, listen string) []string {
+func allowedHosts(flag, listen string) ([]string, error) {
+	// The name -listen gives (Debian maps the host's own name to 127.0.1.1)
+	// is one its clients use.
+	var own []string
+	if h, _, err := net.SplitHostPort(listen); err == nil && h != "" && net.ParseIP(h) == nil {
+		own = []string{h}
+	}
 	switch flag = strings.TrimSpace(flag); flag {
 	case "*":
-		return nil
+		return nil, nil
 	case "":
 		if a, err := net.ResolveTCPAddr("tcp", listen); err == nil && a.IP.IsLoopback() {
-			return []string{}
+			return append([]string{}, own...), nil
 		}
-		return nil
+		return nil, nil
 	}
-	names := []string{}
+	names := own
 	for n := range strings.SplitSeq(flag, ",") {
-		if n = strings.TrimSpace(n); n != "" {
+		n = strings.TrimSpace(n)
+		switch {
+		case n == "":
+		case n == "*":
+			return nil, fmt.Errorf("-allowed-hosts: \"*\" turns the check off and stands alone (got %q)", flag)
+		case strings.HasPrefix(n, "*."):
+			names = append(names, n[1:]) // the domain and every name under it
+		case strings.ContainsAny(n, ":/[]*@ "):
+			return nil, fmt.Errorf("-allowed-hosts: %q is not a host name: give names without a port or scheme, comma-separated (\".example.com\" for a domain and every name under it)", n)
+		default:
 			names = append(names, n)
 		}
 	}
-	return names
+	return names, nil
 }
 
 // exposure says what is unsafe about serving on addr: beyond loopback without

@@ -279,23 +279,29 @@ func TestExposureWarning(t *testing.T) {
 }
 
 // TestAllowedHostsDefault: unset, the Host check is on for a hub on loopback
-// only; "*" turns it off; names are taken as given.
+// only; "*" turns it off; names are taken as given, and what could never
+// match a Host is refused.
 func TestAllowedHostsDefault(t *testing.T) {
 	for _, c := range []struct {
 		flag, listen string
 		want         []string // nil: no check
 	}{
 		{"", "127.0.0.1:4444", []string{}},
-		{"", "localhost:4444", []string{}},
+		{"", "localhost:4444", []string{"localhost"}},
 		{"", "[::1]:4444", []string{}},
 		{"", ":4444", nil},
 		{"", "0.0.0.0:4444", nil},
 		{"*", "127.0.0.1:4444", nil},
-		{"grid.example, .corp.example,", ":4444", []string{"grid.example", ".corp.example"}},
+		{"grid.example, *.corp.example,", ":4444", []string{"grid.example", ".corp.example"}},
 	} {
-		got := allowedHosts(c.flag, c.listen)
-		if (got == nil) != (c.want == nil) || strings.Join(got, "|") != strings.Join(c.want, "|") {
-			t.Errorf("allowedHosts(%q, %q) = %#v, want %#v", c.flag, c.listen, got, c.want)
+		got, err := allowedHosts(c.flag, c.listen)
+		if err != nil || (got == nil) != (c.want == nil) || strings.Join(got, "|") != strings.Join(c.want, "|") {
+			t.Errorf("allowedHosts(%q, %q) = %#v, %v, want %#v", c.flag, c.listen, got, err, c.want)
+		}
+	}
+	for _, bad := range []string{"hub:4444", "grid.example,*", "http://grid.example"} {
+		if _, err := allowedHosts(bad, ":4444"); err == nil || !strings.Contains(err.Error(), "-allowed-hosts") {
+			t.Errorf("-allowed-hosts %q: %v, want a refusal naming the flag", bad, err)
 		}
 	}
 }

@@ -146,7 +146,7 @@ func (h *Hub) runPhases(c *creation, phases []creationPhase) bool {
 		if err == nil && c.ctx.Err() != nil && step.phase != phaseRegister {
 			err = errClientGone // stop working for a client that has left
 		}
-		if err != nil && h.shutDown.Load() && (step.phase == phaseStart || step.phase == phaseRegister) {
+		if err != nil && h.shutDown.Load() && (step.phase == phaseStart || step.phase == phaseRegister) && !errors.Is(err, errClientGoneLogged) {
 			// Whatever the start met — its context ended by Drain, its
 			// container swept — the hub is what went away.
 			err = errShutDown
@@ -449,10 +449,10 @@ func (h *Hub) startAttempts(c *creation) error {
 			if errors.As(err, &ae) {
 				return err // the client's options, as the launcher reads them: 400, not a failed start
 			}
-			if se := (*launcher.StartError)(nil); errors.As(err, &se) && se.Down {
-				return err // another attempt meets the same engine
-			}
 			h.countFailure(c.browser, err)
+			if se := (*launcher.StartError)(nil); errors.As(err, &se) && se.Down {
+				return err // another attempt now meets the same engine, quota or nodes
+			}
 			lastErr = err
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -264,6 +265,13 @@ func (h *Hub) wsBase(r *http.Request) string {
 	host := r.Host
 	if fh, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Host"), ","); httpguts.ValidHostHeader(strings.TrimSpace(fh)) && strings.TrimSpace(fh) != "" {
 		host = strings.TrimSpace(fh) // the first proxy's
+		// nginx's $host has no port; X-Forwarded-Port may say which.
+		port, _, _ := strings.Cut(r.Header.Get("X-Forwarded-Port"), ",")
+		if _, _, err := net.SplitHostPort(host); err != nil { // no port given
+			if p, err := strconv.Atoi(strings.TrimSpace(port)); err == nil && p > 0 && p < 65536 {
+				host = net.JoinHostPort(strings.Trim(host, "[]"), strconv.Itoa(p))
+			}
+		}
 	}
 	return scheme + "://" + host
 }
@@ -337,7 +345,7 @@ func (h *Hub) sideChannelDown(w http.ResponseWriter, s *session.Session, what st
 		return
 	default:
 	}
-	webdriver.WriteError(w, http.StatusBadGateway, webdriver.ErrUnknownError,
+	webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnknownError,
 		fmt.Sprintf("session %s: %s at %s did not answer: %v", s.ID, what, u.Host, err))
 }
 

@@ -68,6 +68,13 @@ func TestDevToolsThroughHub(t *testing.T) {
 		t.Fatalf("se:cdp behind a proxy: %v, want %s", got, want)
 	}
 	f.do("DELETE", "/session/"+v2["sessionId"].(string), "")
+	// nginx's $host carries no port; X-Forwarded-Port gives it.
+	_, body = f.do("POST", "/session", w3cChrome, "X-Forwarded-Host", "grid.example", "X-Forwarded-Port", "8443", "X-Forwarded-Proto", "https")
+	v3 := body["value"].(map[string]any)
+	if got, want := v3["capabilities"].(map[string]any)["se:cdp"], "wss://grid.example:8443/devtools/"+v3["sessionId"].(string)+"/"; got != want {
+		t.Fatalf("se:cdp behind a proxy that gives the port apart: %v, want %s", got, want)
+	}
+	f.do("DELETE", "/session/"+v3["sessionId"].(string), "")
 	for path, want := range map[string]string{"/": "/devtools/browser/b-1", "/browser": "/devtools/browser/b-1", "/page": "/devtools/page/p-1", "/page/p-7": "/devtools/page/p-7", "/page/p-7/": "/devtools/page/p-7", "/page/p%2D8": "/devtools/page/p-8"} {
 		ws, err := websocket.Dial("ws://"+host+"/devtools/"+id+path, "", "http://elsewhere.example/")
 		if err != nil {

@@ -186,7 +186,9 @@ func (h *Hub) replyFor(err error) reply {
 			// with an error body is the driver's confusion, a failed start.
 			break
 		}
-		rep.status, rep.code = de.Status, code
+		// Above 500 (a driver's 502 or 503) is 500: what Python's Selenium
+		// reads as an error.
+		rep.status, rep.code = min(de.Status, http.StatusInternalServerError), code
 		rep.msg = fmt.Sprintf("%s: the driver refused the new session: %s", de.Browser, msg)
 	case errors.As(err, &se) && se.Down:
 		// Try again later, or elsewhere: ggr moves on for any failure, and a

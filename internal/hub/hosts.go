@@ -24,7 +24,7 @@ func hostAllowed(host string, allowed []string) bool {
 		host = h
 	}
 	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
-	if net.ParseIP(host) != nil || host == "localhost" || strings.HasSuffix(host, ".localhost") {
+	if ip, _, _ := strings.Cut(host, "%"); net.ParseIP(ip) != nil && strings.Contains(ip, ":") || net.ParseIP(host) != nil || host == "localhost" || strings.HasSuffix(host, ".localhost") {
 		return true
 	}
 	for _, a := range allowed {

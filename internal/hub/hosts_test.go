@@ -19,6 +19,7 @@ func TestHostAllowed(t *testing.T) {
 		{"10.1.2.3", true},
 		{"[::1]:4444", true},
 		{"[fe80::1]", true},
+		{"[fe80::1%25eth0]:4444", true},
 		{"localhost:4444", true},
 		{"LOCALHOST.", true},
 		{"hub.localhost:4444", true},

@@ -843,6 +843,10 @@ func TestLastWindowEndsTheSession(t *testing.T) {
 	if resp, body := f.do("POST", "/session", w3cChrome); resp.StatusCode != 200 {
 		t.Fatalf("a new session after the last window closed: %d %v", resp.StatusCode, body)
 	}
+	// driver.close() then driver.quit(): the quit finds the session done.
+	if resp, body := f.do("DELETE", "/session/"+id, ""); resp.StatusCode != 200 || body["value"] != nil {
+		t.Fatalf("DELETE after the last window closed: %d %v, want 200 and null", resp.StatusCode, body)
+	}
 	if n := sample(t, f, "websummoner_sessions_ended_total", "reason", session.ReasonLastWindow); n != 1 {
 		t.Errorf("ended_total{reason=last_window} = %v, want 1", n)
 	}

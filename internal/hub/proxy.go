@@ -197,6 +197,12 @@ const maxDeleteAnswer = 1 << 20
 // deleteSession forwards DELETE to the driver, then ends the session: browser
 // stopped, slot released, whatever the driver answered, however it broke off.
 func (h *Hub) deleteSession(w http.ResponseWriter, r *http.Request) {
+	if reason, owner, ok := h.sessions.EndedReason(pathID(r)); ok && reason == session.ReasonLastWindow && h.mayKnow(r, owner) {
+		// driver.close() then driver.quit(), common in teardown code: the
+		// session ended with its last window, and quitting it is done.
+		writeJSON(w, http.StatusOK, map[string]any{"value": nil})
+		return
+	}
 	s, ok := h.begin(w, r)
 	if !ok {
 		return
@@ -332,6 +338,9 @@ func (h *Hub) commandError(w http.ResponseWriter, r *http.Request, s *session.Se
 		webdriver.WriteError(w, http.StatusRequestEntityTooLarge, webdriver.ErrInvalidArgument, h.uploadTooLarge())
 		return
 	}
+	if r.Context().Err() != nil {
+		return // the client left: nobody reads an answer, and the driver is not to blame
+	}
 	if connectionLost(err) {
 		// A browser killed under a command drops the connection before its
 		// exit is seen (a container's die event comes after): wait a moment
@@ -340,6 +349,7 @@ func (h *Hub) commandError(w http.ResponseWriter, r *http.Request, s *session.Se
 		select {
 		case <-s.Instance.Exited():
 		case <-s.Ended():
+		case <-r.Context().Done():
 		case <-t.C:
 		}
 		t.Stop()

@@ -336,7 +336,7 @@ func (r *Registry) rememberLocked(id, reason string, s *Session) {
 		ReasonShutdown:   "the hub is shutting down",
 		ReasonLastWindow: "its last window was closed",
 	}[reason]
-	r.recent[id] = endedRecord{why: why, owner: s.Owner}
+	r.recent[id] = endedRecord{why: why, owner: s.Owner, reason: reason}
 	r.order = append(r.order, id)
 	if len(r.order) > r.opts.Remember {
 		delete(r.recent, r.order[0])
@@ -365,7 +365,7 @@ func (r *Registry) IdleFor(s *Session) time.Duration {
 }
 
 // endedRecord is what is remembered of an ended session.
-type endedRecord struct{ why, owner string }
+type endedRecord struct{ why, owner, reason string }
 
 // Ended says why a recently ended session ended.
 func (r *Registry) Ended(id string) (string, bool) {
@@ -380,6 +380,15 @@ func (r *Registry) EndedOwned(id string) (why, owner string, ok bool) {
 	defer r.mu.Unlock()
 	e, ok := r.recent[id]
 	return e.why, e.owner, ok
+}
+
+// EndedReason is the reason (ReasonDeleted, …) a recently ended session
+// ended, and its owner.
+func (r *Registry) EndedReason(id string) (reason, owner string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.recent[id]
+	return e.reason, e.owner, ok
 }
 
 // List returns the live sessions, oldest first.

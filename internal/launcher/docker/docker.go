@@ -290,7 +290,7 @@ func (l *Launcher) create(ctx context.Context, r launcher.Request, cname, sessio
 	if netName != "" {
 		gw, err := l.createNetwork(ctx, netName, session)
 		if err != nil {
-			_ = l.removeNetwork(context.WithoutCancel(ctx), netName)
+			_ = l.dropNetwork(context.WithoutCancel(ctx), netName)
 			return none, "", l.startErr(ctx, r.Browser, launcher.PhaseStart, "isolating the session", err)
 		}
 		l.mu.Lock()
@@ -413,7 +413,7 @@ func (l *Launcher) startErr(ctx context.Context, b config.Resolved, phase, what 
 	case errors.Is(ctx.Err(), context.DeadlineExceeded) && !l.health.Up():
 		// The engine stopped answering under this start: try again later,
 		// or elsewhere, and not a fault of the browser's to count.
-		return l.health.DownErr(b, err)
+		return l.health.DownErr(b, nil) // the health check's reason: this start met only its deadline
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return &launcher.StartError{Phase: phase, Browser: b.String(), Engine: true, Err: err,
 			Msg: fmt.Sprintf("%s took longer than -service-startup-timeout %v: %v", what, l.opts.StartupTimeout, err)}

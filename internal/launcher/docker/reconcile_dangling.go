@@ -54,11 +54,15 @@ func (l *Launcher) removeNow(ctx context.Context, inst *instance) error {
 }
 
 // dropNetwork removes a session's own network (none: "") and forgets it;
-// one that cannot be removed now is left to the sweep.
+// one that cannot be removed now is left to the sweep. It takes at most the
+// stop timeout: an engine that froze must not hold the start or the
+// teardown that called it (the Docker client itself has no timeout).
 func (l *Launcher) dropNetwork(ctx context.Context, name string) error {
 	if name == "" {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, l.opts.StopTimeout)
+	defer cancel()
 	err := l.removeNetwork(ctx, name)
 	l.mu.Lock()
 	delete(l.networks, name)
