@@ -363,7 +363,7 @@ func (h *Hub) check(c *creation) error {
 	// An engine known to be down refuses before anything starts: no start
 	// failed, and WebSummonerDockerDown tells it; counted, each refusal
 	// would raise WebSummonerStartsFailing too.
-	if se := (*launcher.StartError)(nil); err != nil && !(errors.As(err, &se) && se.Down) {
+	if err != nil && !backendDown(err) {
 		h.countFailure(c.browser, err)
 	}
 	return err
@@ -450,7 +450,7 @@ func (h *Hub) startAttempts(c *creation) error {
 				return err // the client's options, as the launcher reads them: 400, not a failed start
 			}
 			h.countFailure(c.browser, err)
-			if se := (*launcher.StartError)(nil); errors.As(err, &se) && se.Down {
+			if backendDown(err) {
 				return err // another attempt now meets the same engine, quota or nodes
 			}
 			lastErr = err
@@ -537,6 +537,13 @@ func startOutcome(ctx context.Context, err error) queue.StartOutcome {
 		return queue.StartFailed
 	}
 	return queue.StartIgnored
+}
+
+// backendDown reports a start refused because the engine or API server does
+// not answer or has no room now (launcher.StartError.Down).
+func backendDown(err error) bool {
+	var se *launcher.StartError
+	return errors.As(err, &se) && se.Down
 }
 
 func (h *Hub) countFailure(b config.Resolved, err error) {

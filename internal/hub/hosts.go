@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 
 	"github.com/websummoner/websummoner/internal/webdriver"
@@ -24,7 +25,7 @@ func hostAllowed(host string, allowed []string) bool {
 		host = h
 	}
 	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
-	if ip, _, _ := strings.Cut(host, "%"); net.ParseIP(ip) != nil && strings.Contains(ip, ":") || net.ParseIP(host) != nil || host == "localhost" || strings.HasSuffix(host, ".localhost") {
+	if _, err := netip.ParseAddr(host); err == nil || host == "localhost" || strings.HasSuffix(host, ".localhost") {
 		return true
 	}
 	for _, a := range allowed {

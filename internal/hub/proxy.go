@@ -12,7 +12,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -116,13 +115,13 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 		}
 		ctx = b.trace(ctx)
 	}
-	var closed *atomic.Bool
+	var closed *bool // set by lastWindow, which the proxy runs on this goroutine
 	if _, rest, _ := commandPath(r.URL.EscapedPath()); rest == "window" && r.Method == http.MethodDelete {
-		closed = new(atomic.Bool)
+		closed = new(bool)
 		ctx = context.WithValue(ctx, lastWindowKey{}, closed)
 	}
 	h.proxy.ServeHTTP(w, r.WithContext(ctx))
-	if closed != nil && closed.Load() {
+	if closed != nil && *closed {
 		held = false
 		h.sessions.Done(s)
 		h.endBeforeAnswer(s, session.ReasonLastWindow)
@@ -140,7 +139,7 @@ func (h *Hub) lastWindow(resp *http.Response) error {
 	if resp.Request == nil || resp.Request.Method != http.MethodDelete || resp.StatusCode != http.StatusOK {
 		return nil
 	}
-	closed, ok := resp.Request.Context().Value(lastWindowKey{}).(*atomic.Bool)
+	closed, ok := resp.Request.Context().Value(lastWindowKey{}).(*bool)
 	if !ok {
 		return nil
 	}
@@ -154,7 +153,7 @@ func (h *Hub) lastWindow(resp *http.Response) error {
 		Value *[]json.RawMessage `json:"value"`
 	}
 	if err == nil && len(b) < most && json.Unmarshal(b, &v) == nil && v.Value != nil && len(*v.Value) == 0 {
-		closed.Store(true)
+		*closed = true
 	}
 	return nil
 }

@@ -411,8 +411,8 @@ func (l *Launcher) startErr(ctx context.Context, b config.Resolved, phase, what 
 	case ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return ctx.Err()
 	case errors.Is(ctx.Err(), context.DeadlineExceeded) && !l.health.Up():
-		// The engine stopped answering under this start: try again later,
-		// or elsewhere, and not a fault of the browser's to count.
+		// The engine stopped answering under this start: the client is
+		// told to try again later, or elsewhere.
 		return l.health.DownErr(b, nil) // the health check's reason: this start met only its deadline
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return &launcher.StartError{Phase: phase, Browser: b.String(), Engine: true, Err: err,
