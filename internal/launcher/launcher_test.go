@@ -92,6 +92,15 @@ func TestCheckClient(t *testing.T) {
 		{"binary", webdriver.Options{}, chrome("binary", "/tmp/evil"), `"goog:chromeOptions".binary chooses what runs`, ""},
 		{"firefox binary", webdriver.Options{}, map[string]any{"moz:firefoxOptions": map[string]any{"binary": "/x"}}, `"moz:firefoxOptions".binary`, ""},
 		{"command prefix", webdriver.Options{}, chrome("args", []any{"--renderer-cmd-prefix=/tmp/evil"}), `--renderer-cmd-prefix`, ""},
+		// A command that names no absolute path: the switch alone refuses it.
+		{"zygote's prefix", webdriver.Options{}, chrome("args", []any{"--zygote-cmd-prefix=sh -c touch${IFS}/tmp/x"}), `--zygote-cmd-prefix`, ""},
+		// chromedriver trims white space and takes an argument with no dashes as a switch.
+		{"a refused switch behind white space", webdriver.Options{}, chrome("args", []any{" \t--renderer-cmd-prefix=sh -c id"}), `--renderer-cmd-prefix`, ""},
+		{"a refused switch without dashes", webdriver.Options{}, chrome("args", []any{"utility-cmd-prefix=sh"}), `utility-cmd-prefix`, ""},
+		{"a refused switch in capitals", webdriver.Options{}, chrome("args", []any{"--GPU-Launcher=sh"}), `--GPU-Launcher`, ""},
+		{"a launcher not yet listed", webdriver.Options{}, chrome("args", []any{"--future-helper-cmd-prefix=sh"}), `--future-helper-cmd-prefix`, ""},
+		{"a library to load", webdriver.Options{}, chrome("args", []any{"--gssapi-library-name=libevil.so"}), `--gssapi-library-name`, ""},
+		{"a host path behind white space", webdriver.Options{}, chrome("args", []any{" --log-file=/etc/cron.d/x"}), `--log-file=/etc/cron.d/x`, ""},
 		{"another profile", webdriver.Options{}, chrome("args", []any{"--user-data-dir=/tmp/other"}), `--user-data-dir`, ""},
 		{"another browser", webdriver.Options{}, chrome("debuggerAddress", "127.0.0.1:9222"), `debuggerAddress`, ""},
 		// A JSONWire client's chromeOptions reach chromedriver as goog:chromeOptions.

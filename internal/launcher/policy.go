@@ -69,10 +69,32 @@ func clientEnvAllowed(b config.Resolved, name string) bool {
 	return envMatch(name, defaultClientEnv) || (b.Browser != nil && envMatch(name, b.ClientEnv))
 }
 
-// chooseWhatRuns are chromium arguments that name a program to run, or another
-// browser's state to use.
-var chooseWhatRuns = []string{"--renderer-cmd-prefix", "--utility-cmd-prefix", "--gpu-launcher", "--browser-subprocess-path",
-	"--plugin-launcher", "--ppapi-plugin-launcher", "--nacl-gdb", "--gpu-startup-dialog", "--user-data-dir", "--remote-debugging-pipe"}
+// chooseWhatRuns are chromium arguments that name a program to run, a
+// library to load, or another browser's state to use.
+var chooseWhatRuns = []string{"--renderer-cmd-prefix", "--utility-cmd-prefix", "--zygote-cmd-prefix", "--nacl-loader-cmd-prefix",
+	"--gpu-launcher", "--browser-subprocess-path", "--plugin-launcher", "--ppapi-plugin-launcher", "--nacl-gdb", "--nacl-gdb-script",
+	"--gssapi-library-name", "--register-pepper-plugins", "--gpu-startup-dialog", "--user-data-dir", "--remote-debugging-pipe"}
+
+// runsShapes are the endings of chromium's switches that wrap or replace a
+// process it starts: a switch of that shape is refused though no list above
+// names it yet, as Chromium adds such switches from time to time.
+var runsShapes = []string{"-cmd-prefix", "-launcher", "-library-name", "-subprocess-path", "-gdb", "-gdb-script"}
+
+// switchName is the name chromedriver gives argument a as Chromium's switch:
+// it trims the argument's white space and one leading "--" (an argument
+// without one is a switch too); this trims every dash, and folds case, so
+// that no spelling of a refused switch is told apart from it.
+func switchName(a string) string {
+	name, _, _ := strings.Cut(strings.TrimLeft(strings.TrimSpace(a), "-"), "=")
+	return strings.ToLower(strings.TrimSpace(name))
+}
+
+// choosesProgram reports whether a chromium argument names what runs.
+func choosesProgram(a string) bool {
+	name := switchName(a)
+	return slices.Contains(chooseWhatRuns, "--"+name) || name == "profile" ||
+		slices.ContainsFunc(runsShapes, func(end string) bool { return strings.HasSuffix(name, end) })
+}
 
 // namesHostPath reports whether a browser argument names a place of the
 // host's file system — an absolute path, a file: URL, a way up (..)
@@ -207,10 +229,9 @@ func choosesWhatRuns(b config.Resolved, caps map[string]any) string {
 		args, _ := opts["args"].([]any)
 		for _, a := range args {
 			s, _ := a.(string)
-			name, _, _ := strings.Cut(strings.TrimLeft(s, "-"), "=")
-			if slices.Contains(chooseWhatRuns, "--"+strings.ToLower(name)) || strings.EqualFold(name, "profile") ||
-				namesHostPath(s) && !strings.EqualFold(name, "ignore-certificate-errors-spki-list") { // base64 hashes, which may begin with '/'
-				return fmt.Sprintf("%q.args %q", key, s)
+			if choosesProgram(s) ||
+				namesHostPath(strings.TrimSpace(s)) && switchName(s) != "ignore-certificate-errors-spki-list" { // base64 hashes, which may begin with '/'
+				return fmt.Sprintf("%q.args %.200q", key, s)
 			}
 		}
 		// geckodriver's env is the browser's environment: the same
