@@ -76,6 +76,8 @@ func TestCheckClient(t *testing.T) {
 		{"a zone file, glibc's colon", opts("TZ=:/root/x"), nil, `env TZ ":/root/x"`, ""},
 		{"a zone file, by timeZone", webdriver.Options{TimeZone: "../../../etc/passwd"}, nil, `timeZone "../../../etc/passwd"`, ""},
 		{"operator's family", opts("APP_MODE=test"), nil, "", ""},
+		{"a locale file of the host's", opts("LC_ALL=/etc"), nil, `env LC_ALL "/etc" names a file of the hub's host`, ""},
+		{"a locale up the tree", opts("LANGUAGE=en:../../x"), nil, `env LANGUAGE "en:../../x"`, ""},
 		{"unlisted", opts("FOO=1"), nil, `env "FOO" may not be set`, ""},
 		{"loader, even listed", opts("LD_PRELOAD=/tmp/x.so"), nil, `env "LD_PRELOAD"`, ""},
 		{"search path, even listed", opts("PATH=/tmp"), nil, `env "PATH"`, ""},

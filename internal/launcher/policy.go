@@ -162,6 +162,14 @@ func CheckClient(b config.Resolved, o webdriver.Options, caps map[string]any) er
 				return &webdriver.ArgumentError{Msg: fmt.Sprintf("%s %.100q names a file of the hub's host for %s, a local driver process; give a zone name such as \"Europe/Paris\"", what, tz, b)}
 			}
 		}
+		// glibc loads a locale named by a path from that path, as it reads a
+		// zone file: a locale is a name ("de_DE.UTF-8", "en_US:en").
+		for _, kv := range o.Env {
+			name, v, _ := strings.Cut(kv, "=")
+			if (name == "LANG" || name == "LANGUAGE" || strings.HasPrefix(name, "LC_")) && (strings.ContainsAny(v, "/\\") || strings.Contains(v, "..")) {
+				return &webdriver.ArgumentError{Msg: fmt.Sprintf("env %s %.100q names a file of the hub's host for %s, a local driver process; give a locale name such as \"de_DE.UTF-8\"", name, v, b)}
+			}
+		}
 	}
 	if net := o.Networking(); len(net) > 0 && b.Browser != nil && b.Image.IsCommand() {
 		return &webdriver.ArgumentError{Msg: fmt.Sprintf("%s runs as a local driver process, where %s cannot apply; they work for browsers in containers", b, strings.Join(net, ", "))}
