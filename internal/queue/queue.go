@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -174,9 +175,9 @@ func (o Outcome) Message() string {
 		return "the client went away while waiting for a slot"
 	case ReasonFull:
 		if o.held > 0 {
-			return fmt.Sprintf("all %d slots (-limit) are busy and the requests already waiting hold %s of capabilities: with this one's %s that is over -queue-max-bytes (%s); retry later, raise -queue-max-bytes, or send smaller capabilities (browser extensions are the large part)", o.limit, sizeString(o.held), sizeString(o.bytes), sizeString(o.opts.MaxWaitingBytes))
+			return fmt.Sprintf("%s and the requests already waiting hold %s of capabilities: with this one's %s that is over -queue-max-bytes (%s); retry later, raise -queue-max-bytes, or send smaller capabilities (browser extensions are the large part)", o.whyNoSlot(), sizeString(o.held), sizeString(o.bytes), sizeString(o.opts.MaxWaitingBytes))
 		}
-		return fmt.Sprintf("all %d slots (-limit) are busy and %d requests already wait (-queue-max); retry later or raise -queue-max", o.limit, o.opts.MaxWaiting)
+		return fmt.Sprintf("%s and %d requests already wait (-queue-max); retry later or raise -queue-max", o.whyNoSlot(), o.opts.MaxWaiting)
 	case ReasonClosed:
 		return "the hub is shutting down and admits no new sessions; retry on another hub or after the restart"
 	case ReasonQuota:
@@ -418,7 +419,11 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 		return nil, q.refuseLocked(r, Outcome{Idle: idle, limit: q.opts.Limit, opts: &q.opts}, ReasonClosed), nil
 	}
 	t := q.tenantLocked(r.Tenant)
-	if q.inUse < q.opts.Limit && q.waiters.Len() == 0 && q.mayRunLocked(t) && q.tryStartLocked(r.cost()) {
+	// A free slot no waiter may take (each of their tenants runs its
+	// maxSessions) is this request's at once, if its own tenant may run:
+	// a tenant at its quota holds no other tenant back, nor fills the queue
+	// against it.
+	if q.inUse < q.opts.Limit && !q.runnableWaiterLocked() && q.mayRunLocked(t) && q.tryStartLocked(r.cost()) {
 		q.inUse++
 		t.admitLocked()
 		q.lastFast = now
@@ -435,12 +440,14 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 		return nil, q.refuseLocked(r, out, ReasonQuota), nil
 	}
 	if q.opts.MaxWaiting > 0 && q.waiters.Len() >= q.opts.MaxWaiting {
+		q.whyWaitLocked(t, &out)
 		return nil, q.refuseLocked(r, out, ReasonFull), nil
 	}
 	// The first waiter always may wait, however large: the bound is on what
 	// many requests hold together, and one alone is bounded by its body's limit.
 	if mb := q.opts.MaxWaitingBytes; mb > 0 && q.waiters.Len() > 0 && q.waitingBytes+r.Bytes > mb {
 		out.held, out.bytes = max(q.waitingBytes, 1), r.Bytes
+		q.whyWaitLocked(t, &out)
 		return nil, q.refuseLocked(r, out, ReasonFull), nil
 	}
 	if out.State == Saturated {
@@ -452,6 +459,22 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 		out.Budget = q.opts.KeepingUpBudget
 	}
 	return q.queueLocked(ctx, r, now, out)
+}
+
+// runnableWaiterLocked reports whether a waiter may take a slot once one is
+// free: its tenant runs fewer than its maxSessions.
+func (q *Queue) runnableWaiterLocked() bool {
+	return slices.ContainsFunc(q.backlog, q.mayRunLocked)
+}
+
+// whyWaitLocked records in out why a request of t would have had to wait,
+// for its message: its tenant at maxSessions, or the free slots promised
+// to the waiters ahead; else every slot is busy.
+func (q *Queue) whyWaitLocked(t *tenant, out *Outcome) {
+	out.free, out.ahead = q.opts.Limit-q.inUse, q.waiters.Len()
+	if !q.mayRunLocked(t) {
+		out.maxSessions = t.quota.MaxSessions
+	}
 }
 
 // mayNotWaitReason is why a request that may not wait for a slot is refused.

@@ -161,6 +161,61 @@ func TestMaxSessionsAndReload(t *testing.T) {
 	})
 }
 
+// Waiters of a tenant at its maxSessions that fill -queue-max (or
+// -queue-max-bytes) keep no other tenant from a free slot; the tenant's own
+// next request is refused for what holds it: its maxSessions, not busy slots.
+func TestWaitersAtMaxSessionsKeepNoSlotFromOthers(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts Options
+	}{
+		{"count", Options{Limit: 4, MaxWaiting: 2}},
+		{"bytes", Options{Limit: 4, MaxWaitingBytes: 5 << 20}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				c.opts.Quotas = mustQuotas(t, `{"bob": {"maxSessions": 1}}`)
+				h := newHarness(t, c.opts)
+				req := func(tenant, id string) *pending {
+					return h.acquireReq(Request{ID: id, Tenant: tenant, Bytes: 3 << 20})
+				}
+				b0 := req("bob", "b0")
+				b1, b2 := req("bob", "b1"), req("bob", "b2")
+				if !b0.finished() || b1.finished() {
+					t.Fatal("bob was given more than his maxSessions")
+				}
+				a := req("alice", "a")
+				if !a.finished() || !a.out.Admitted {
+					t.Fatalf("alice was refused a free slot behind bob's waiters at his maxSessions: %s", a.out.Message())
+				}
+				if c.name == "count" {
+					if b3 := req("bob", "b3"); !b3.finished() || b3.out.Reason != ReasonFull ||
+						!strings.Contains(b3.out.Message(), `"bob" already runs its maxSessions of 1`) {
+						t.Fatalf("bob's request past -queue-max: %v %q", b3.out.Reason, b3.out.Message())
+					}
+				} else if !b2.finished() || !strings.Contains(b2.out.Message(), `"bob" already runs its maxSessions of 1`) {
+					t.Fatalf("bob's request past -queue-max-bytes: %v %q", b2.out.Reason, b2.out.Message())
+				}
+				for _, p := range []*pending{b0, a} {
+					p.slot.Release()
+				}
+				synctest.Wait()
+				for _, p := range []*pending{b1, b2} {
+					if p.finished() && p.slot != nil {
+						p.slot.Release()
+					} else {
+						p.cancel()
+					}
+				}
+				synctest.Wait()
+				if st := h.q.Stats(); st.InUse != 0 || st.Waiting != 0 {
+					t.Fatalf("after every release: %+v", st)
+				}
+			})
+		})
+	}
+}
+
 // A request past its tenant's maxQueued is refused at once: 429's reason
 // quota, with Retry-After, counted and logged; other tenants still queue.
 func TestMaxQueued(t *testing.T) {
