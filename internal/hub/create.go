@@ -14,7 +14,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"golang.org/x/sync/semaphore"
 
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
@@ -74,9 +73,9 @@ type creation struct {
 	// values: what the capabilities it keeps while it waits weigh against
 	// -queue-max-bytes.
 	bytes int64
-	// reading and parsing are its shares of readBudget and parseBudget,
-	// until its candidate is chosen.
-	reading, parsing int64
+	// reading and parsing give back its shares of readBudget and
+	// parseBudget (nil: none held), once its candidate is chosen.
+	reading, parsing func()
 	cands            []webdriver.Candidate // until resolve has chosen one
 	asked            string                // the chosen candidate's version, as asked
 	opts             webdriver.Options     // the chosen candidate's vendor options
@@ -190,7 +189,7 @@ func (h *Hub) parse(c *creation) error {
 	}
 	values := webdriver.CountValues(body)
 	if values <= webdriver.MaxValues { // else ParseNewSession refuses it
-		if err := h.take(c, h.parses, &c.parsing, webdriver.ParseCost(body, values)); err != nil {
+		if err := h.take(c, h.parses, "", &c.parsing, webdriver.ParseCost(body, values)); err != nil {
 			return err
 		}
 	}
@@ -241,7 +240,7 @@ func (h *Hub) readBody(c *creation) ([]byte, error) {
 		limit = cl + 1
 	}
 	if limit > freeBody && cl >= 0 {
-		if err := h.take(c, h.reads, &c.reading, limit); err != nil {
+		if err := h.take(c, h.reads, c.owner, &c.reading, limit); err != nil {
 			return nil, err
 		}
 	}
@@ -249,8 +248,8 @@ func (h *Hub) readBody(c *creation) ([]byte, error) {
 	buf := make([]byte, 0, min(limit, 4<<10))
 	for {
 		if len(buf) == cap(buf) {
-			if cl < 0 && c.reading == 0 && int64(cap(buf)) >= freeBody {
-				if err := h.take(c, h.reads, &c.reading, limit); err != nil {
+			if cl < 0 && c.reading == nil && int64(cap(buf)) >= freeBody {
+				if err := h.take(c, h.reads, c.owner, &c.reading, limit); err != nil {
 					return nil, err
 				}
 			}
@@ -273,29 +272,30 @@ func (h *Hub) readBody(c *creation) ([]byte, error) {
 	}
 }
 
-// take adds n bytes of sem to the share the creation holds in *held,
-// waiting for them if it must. While it waits, the body's
+// take holds n bytes of b for user, waiting for them if it must, and
+// keeps in *give what gives them back. While it waits, the body's
 // -body-read-timeout does not run (a body already read has no clock left).
-func (h *Hub) take(c *creation, sem *semaphore.Weighted, held *int64, n int64) error {
-	if !sem.TryAcquire(n) {
-		clock, _ := c.r.Body.(bodyClock)
-		if clock != nil {
-			clock.PauseTimeout()
-		}
-		ctx, cancel := context.WithTimeout(c.ctx, parseWait)
-		err := sem.Acquire(ctx, n)
-		cancel()
-		if clock != nil {
-			clock.RestartTimeout()
-		}
-		if err != nil {
-			if c.ctx.Err() != nil {
-				return errClientGone
-			}
-			return errParseBusy
-		}
+func (h *Hub) take(c *creation, b *budget, user string, give *func(), n int64) error {
+	if *give = b.tryTake(user, n); *give != nil {
+		return nil
 	}
-	*held += n
+	clock, _ := c.r.Body.(bodyClock)
+	if clock != nil {
+		clock.PauseTimeout()
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, parseWait)
+	var err error
+	*give, err = b.take(ctx, user, n)
+	cancel()
+	if clock != nil {
+		clock.RestartTimeout()
+	}
+	if err != nil {
+		if c.ctx.Err() != nil {
+			return errClientGone
+		}
+		return errParseBusy
+	}
 	return nil
 }
 
@@ -303,9 +303,12 @@ func (h *Hub) take(c *creation, sem *semaphore.Weighted, held *int64, n int64) e
 // once a candidate is chosen, what it keeps is its capabilities, which the
 // queue counts.
 func (h *Hub) parsed(c *creation) {
-	h.reads.Release(c.reading)
-	h.parses.Release(c.parsing)
-	c.reading, c.parsing = 0, 0
+	for _, give := range []func(){c.reading, c.parsing} {
+		if give != nil {
+			give()
+		}
+	}
+	c.reading, c.parsing = nil, nil
 }
 
 // resolve picks the first candidate whose browser is configured, and the

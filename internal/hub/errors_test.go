@@ -74,10 +74,10 @@ func createErrorCases() []createErrorCase {
 			status: 400, code: "invalid argument", msg: "at most 100000", tag: "BAD_REQUEST"},
 		{name: "the parses under way hold 192 MiB (or the large bodies being read 128 MiB), and no turn came within a minute", phase: phaseParse, body: chrome,
 			prep: func(t *testing.T, f *fixture) {
-				if !f.hub.parses.TryAcquire(parseBudget) {
+				if !f.hub.parses.all.TryAcquire(parseBudget) {
 					t.Fatal("the parse budget is taken")
 				}
-				t.Cleanup(func() { f.hub.parses.Release(parseBudget) })
+				t.Cleanup(func() { f.hub.parses.all.Release(parseBudget) })
 			},
 			status: 500, code: "session not created", msg: "found no turn within 1m0s", retry: true, tag: "PARSE_BUSY"},
 		{name: "no browserName", phase: phaseResolve, body: `{"capabilities":{"alwaysMatch":{}}}`,
@@ -239,7 +239,7 @@ func TestCreateErrorTable(t *testing.T) {
 				}
 				checkTagged(t, f, c.tag)
 				if c.tag != "PARSE_BUSY" { // that case holds it all
-					if !f.hub.reads.TryAcquire(readBudget) || !f.hub.parses.TryAcquire(parseBudget) {
+					if !f.hub.reads.all.TryAcquire(readBudget) || !f.hub.parses.all.TryAcquire(parseBudget) {
 						t.Error("the request kept its share of the read or parse budget")
 					}
 				}

@@ -23,7 +23,6 @@ import (
 
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/websummoner/websummoner/internal/capacity"
 	"github.com/websummoner/websummoner/internal/config"
@@ -215,9 +214,9 @@ type Hub struct {
 	hangups   hangup.Watcher      // clients of detached waiting requests
 	side      sideChannels        // open side channels, against their caps
 	pool      *pool.Pool          // nil while -warm-pool is off
-	uploads   *semaphore.Weighted // bytes of file uploads held at once (uploadBudget)
-	reads     *semaphore.Weighted // bytes of new-session bodies being read (readBudget)
-	parses    *semaphore.Weighted // what their parses allocate (parseBudget)
+	uploads   *budget // bytes of file uploads held at once (uploadBudget)
+	reads     *budget // bytes of new-session bodies being read (readBudget)
+	parses    *budget // what their parses allocate (parseBudget), for no user in particular
 
 	started  time.Time
 	requests atomic.Uint64
@@ -240,7 +239,7 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 		logger = slog.New(slog.DiscardHandler)
 	}
 	h := &Hub{opts: opts, log: logger, queue: q, conf: conf, launchers: ls, sessions: sessions, started: time.Now(),
-		uploads: semaphore.NewWeighted(uploadBudget * opts.MaxUploadSize), reads: semaphore.NewWeighted(readBudget), parses: semaphore.NewWeighted(parseBudget)}
+		uploads: newBudget(uploadBudget * opts.MaxUploadSize), reads: newBudget(readBudget), parses: newBudget(parseBudget)}
 	h.stopStarts, h.endStarts = context.WithCancel(context.Background())
 	// The new-session call must not follow a driver's redirects and re-post the
 	// capabilities somewhere else.

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -26,10 +27,10 @@ func TestNewSessionBodyShares(t *testing.T) {
 		chunked bool
 		held    func(*Hub) (*semaphore.Weighted, int64)
 	}{
-		{"declared length, read budget", large, false, func(h *Hub) (*semaphore.Weighted, int64) { return h.reads, readBudget }},
-		{"chunked, read budget", large, true, func(h *Hub) (*semaphore.Weighted, int64) { return h.reads, readBudget }},
-		{"parse budget", large, false, func(h *Hub) (*semaphore.Weighted, int64) { return h.parses, parseBudget }},
-		{"small body, parse budget", w3cChrome, true, func(h *Hub) (*semaphore.Weighted, int64) { return h.parses, parseBudget }},
+		{"declared length, read budget", large, false, func(h *Hub) (*semaphore.Weighted, int64) { return h.reads.all, readBudget }},
+		{"chunked, read budget", large, true, func(h *Hub) (*semaphore.Weighted, int64) { return h.reads.all, readBudget }},
+		{"parse budget", large, false, func(h *Hub) (*semaphore.Weighted, int64) { return h.parses.all, parseBudget }},
+		{"small body, parse budget", w3cChrome, true, func(h *Hub) (*semaphore.Weighted, int64) { return h.parses.all, parseBudget }},
 	} {
 		body, chunked := c.body, c.chunked
 		synctest.Test(t, func(t *testing.T) {
@@ -59,11 +60,11 @@ func TestNewSessionBodyShares(t *testing.T) {
 			if code := <-status; code != http.StatusOK {
 				t.Fatalf("%s: %d", c.name, code)
 			}
-			if !f.hub.reads.TryAcquire(readBudget) || !f.hub.parses.TryAcquire(parseBudget) {
+			if !f.hub.reads.all.TryAcquire(readBudget) || !f.hub.parses.all.TryAcquire(parseBudget) {
 				t.Fatalf("%s: the session kept its share of the read or parse budget", c.name)
 			}
-			f.hub.reads.Release(readBudget)
-			f.hub.parses.Release(parseBudget)
+			f.hub.reads.all.Release(readBudget)
+			f.hub.parses.all.Release(parseBudget)
 			f.hub.queue.Close()
 			f.sess.EndAll("shutdown")
 		})
@@ -71,11 +72,64 @@ func TestNewSessionBodyShares(t *testing.T) {
 	// A usual body goes on while large ones hold the whole read budget.
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{mem: newMemTransport()})
-		if !f.hub.reads.TryAcquire(readBudget) {
+		if !f.hub.reads.all.TryAcquire(readBudget) {
 			t.Fatal("the read budget is taken")
 		}
 		if resp, _ := f.do("POST", "/session", w3cChrome); resp.StatusCode != http.StatusOK {
 			t.Fatalf("a small body behind large ones: %d", resp.StatusCode)
+		}
+		f.hub.queue.Close()
+		f.sess.EndAll("shutdown")
+	})
+}
+
+// One user's large bodies that never arrive hold at most half of the read
+// budget: another user's large body is read at once beside them, and the
+// shares all come back once they end.
+func TestOneUserHoldsHalfTheReadBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, queue.Options{Limit: 2}, Options{Auth: authStore(t)}, &stubLauncher{mem: newMemTransport()})
+		post := func(user string, body io.Reader, length int64) <-chan int {
+			status := make(chan int, 1)
+			go func() {
+				req := httptest.NewRequest("POST", "/session", body)
+				req.ContentLength = length
+				req.SetBasicAuth(user, user+"-pw")
+				rec := httptest.NewRecorder()
+				f.hub.ServeHTTP(rec, req)
+				status <- rec.Code
+			}()
+			return status
+		}
+		// bob declares four of the largest bodies, enough for the whole
+		// budget, and sends one byte of each.
+		var stalls []*io.PipeWriter
+		var bobs []<-chan int
+		for range 4 {
+			pr, pw := io.Pipe()
+			stalls = append(stalls, pw)
+			bobs = append(bobs, post("bob", io.MultiReader(strings.NewReader("{"), pr), MaxNewSessionBody-1000))
+		}
+		synctest.Wait()
+		ext := strings.Repeat("A", 1<<20)
+		body := `{"capabilities":{"alwaysMatch":{"browserName":"chrome","goog:chromeOptions":{"extensions":["` + ext + `"]}}}}`
+		if code := <-post("alice", strings.NewReader(body), int64(len(body))); code != http.StatusOK {
+			t.Fatalf("alice's 1 MiB body beside bob's stalled ones: %d", code)
+		}
+		for _, pw := range stalls {
+			pw.CloseWithError(io.ErrUnexpectedEOF)
+		}
+		for _, s := range bobs {
+			if code := <-s; code != http.StatusBadRequest {
+				t.Fatalf("bob's cut body: %d, want 400", code)
+			}
+		}
+		if !f.hub.reads.all.TryAcquire(readBudget) {
+			t.Fatal("the read budget was not given back")
+		}
+		f.hub.reads.all.Release(readBudget)
+		if n := len(f.hub.reads.users); n != 0 {
+			t.Fatalf("%d users' shares kept after their requests", n)
 		}
 		f.hub.queue.Close()
 		f.sess.EndAll("shutdown")

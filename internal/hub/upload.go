@@ -60,7 +60,7 @@ func (h *Hub) uploadTurn(w http.ResponseWriter, r *http.Request) (func(), bool) 
 		clock.PauseTimeout()
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), uploadWait)
-	err := h.uploads.Acquire(ctx, held)
+	give, err := h.uploads.take(ctx, userOf(r), held)
 	cancel()
 	if clock != nil {
 		clock.RestartTimeout()
@@ -73,7 +73,7 @@ func (h *Hub) uploadTurn(w http.ResponseWriter, r *http.Request) (func(), bool) 
 		}
 		return nil, false
 	}
-	return sync.OnceFunc(func() { h.uploads.Release(held) }), true
+	return give, true
 }
 
 // sentBody is a checked upload on its way to the driver. Once the request
