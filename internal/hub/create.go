@@ -14,7 +14,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"

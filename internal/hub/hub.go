@@ -211,12 +211,12 @@ type Hub struct {
 	client    *http.Client
 	router    *mux.Router
 	m         *metrics
-	hangups   hangup.Watcher      // clients of detached waiting requests
-	side      sideChannels        // open side channels, against their caps
-	pool      *pool.Pool          // nil while -warm-pool is off
-	uploads   *budget // bytes of file uploads held at once (uploadBudget)
-	reads     *budget // bytes of new-session bodies being read (readBudget)
-	parses    *budget // what their parses allocate (parseBudget), for no user in particular
+	hangups   hangup.Watcher // clients of detached waiting requests
+	side      sideChannels   // open side channels, against their caps
+	pool      *pool.Pool     // nil while -warm-pool is off
+	uploads   *budget        // bytes of file uploads held at once (uploadBudget)
+	reads     *budget        // bytes of new-session bodies being read (readBudget)
+	parses    *budget        // what their parses allocate (parseBudget), for no user in particular
 
 	started  time.Time
 	requests atomic.Uint64
