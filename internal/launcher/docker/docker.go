@@ -1,9 +1,10 @@
 // Package docker runs each session's browser in a Docker container, through the
-// Docker Engine API: created from its browsers.json entry, its driver port (and
-// the side-service ports of Selenoid's image contract the image exposes)
-// published on 127.0.0.1 (on the engine's address, for an engine over TCP),
-// labelled with the hub instance, removed when the
-// session ends, and swept when nothing owns it.
+// Docker Engine API: created from its browsers.json entry, its driver (and
+// the side services of Selenoid's image contract) reached at its address on
+// the session's own network, or through ports published on 127.0.0.1 (on
+// the engine's address, for an engine over TCP) where that address is not
+// the host's to reach (self.go), labelled with the hub instance, removed
+// when the session ends, and swept when nothing owns it.
 //
 // The package is split as Nomad's docker driver is: this file starts
 // containers; config.go builds a container from its entry; network.go finds its
@@ -62,8 +63,8 @@ const (
 	ByIP Address = "ip"
 )
 
-// Options configure the Docker launcher. The zero value works: the engine's
-// default network, containers unprivileged, drivers reached on 127.0.0.1.
+// Options configure the Docker launcher. The zero value works: a network
+// per session, containers unprivileged, drivers reached as self.go finds.
 type Options struct {
 	// Options is the start policy shared with the process launcher; zero fields
 	// take its defaults.

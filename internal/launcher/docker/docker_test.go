@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -145,15 +146,32 @@ func stubRequest(env ...string) launcher.Request {
 		Image: config.Image{Name: stubImage}, Port: "4444", Path: "/", Env: env}}}
 }
 
+// On a local engine whose bridges are the host's, the hub reaches each
+// browser by its address on its session's own network, and nothing of the
+// session's is on the host's loopback, where any process of the host (a
+// sandboxed browser of another hub among them) could reach a published
+// port; with -container-address published, the ports are on 127.0.0.1,
+// refused to this hub's sandboxed browsers while the container lives.
 func TestStartServeStop(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		addr      Address
+		published bool
+	}{{"default", "", false}, {"published", Published, true}} {
+		t.Run(c.name, func(t *testing.T) { startServeStop(t, c.addr, c.published) })
+	}
+}
+
+func startServeStop(t *testing.T, addr Address, published bool) {
 	ports := &egress.PortSet{}
-	l, _ := newLauncher(t, Options{Published: ports}, nil)
+	l, _ := newLauncher(t, Options{Published: ports, Address: addr}, nil)
 	inst, err := l.Start(context.Background(), stubRequest())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h := inst.Endpoints().Driver.Hostname(); h != "127.0.0.1" {
-		t.Fatalf("driver reached at %s, want 127.0.0.1", inst.Endpoints().Driver)
+	host, _ := netip.ParseAddr(inst.Endpoints().Driver.Hostname())
+	if host.IsLoopback() != published {
+		t.Fatalf("driver reached at %s, with -container-address %q", inst.Endpoints().Driver, addr)
 	}
 	resp, err := http.Get(inst.Endpoints().Driver.JoinPath("status").String())
 	if err != nil || resp.StatusCode != 200 {
@@ -162,7 +180,7 @@ func TestStartServeStop(t *testing.T) {
 	resp.Body.Close()
 	// Its published ports are refused to sandboxed browsers while it lives.
 	driverPort, _ := strconv.ParseUint(inst.Endpoints().Driver.Port(), 10, 16)
-	if !ports.Holds(uint16(driverPort)) {
+	if published && !ports.Holds(uint16(driverPort)) {
 		t.Errorf("the driver's port %d on the host's loopback is not refused to sandboxed browsers", driverPort)
 	}
 	id := inst.(*instance).id
@@ -175,6 +193,9 @@ func TestStartServeStop(t *testing.T) {
 	}
 	if !slices.Contains(info.HostConfig.CapDrop, "NET_RAW") && !slices.Contains(info.HostConfig.CapDrop, "CAP_NET_RAW") {
 		t.Errorf("raw sockets not dropped: CapDrop %v", info.HostConfig.CapDrop)
+	}
+	if !published && (len(info.HostConfig.PortBindings) > 0 || info.HostConfig.PublishAllPorts) {
+		t.Errorf("ports published on the host: %v", info.HostConfig.PortBindings)
 	}
 	for _, b := range info.HostConfig.PortBindings[nat.Port("4444/tcp")] {
 		if b.HostIP != "127.0.0.1" {
@@ -193,7 +214,7 @@ func TestStartServeStop(t *testing.T) {
 	if _, err := engine.ContainerInspect(context.Background(), id); !cerrdefs.IsNotFound(err) {
 		t.Fatalf("container still there after Stop: %v", err)
 	}
-	if ports.Holds(uint16(driverPort)) {
+	if published && ports.Holds(uint16(driverPort)) {
 		t.Errorf("port %d still refused after its container is gone", driverPort)
 	}
 }
@@ -632,7 +653,7 @@ func (e *removeOnceFails) ContainerRemove(ctx context.Context, id string, o cont
 // pools hold about 30 of them.
 func TestFailedRemovalIsTheSweepsWhole(t *testing.T) {
 	ports := &egress.PortSet{}
-	l, _ := newLauncher(t, Options{Published: ports}, &removeOnceFails{Engine: engine})
+	l, _ := newLauncher(t, Options{Published: ports, Address: Published}, &removeOnceFails{Engine: engine})
 	inst, err := l.Start(context.Background(), stubRequest())
 	if err != nil {
 		t.Fatal(err)

@@ -45,10 +45,19 @@ func (l *Launcher) address(ctx context.Context) (Address, error) {
 			return "", err
 		case id != "" && !hostNet:
 			a, self = ByIP, id
+		case a == "" && !l.userNetwork() && l.publishedAt() == localEngine && l.bridgesOnHost(ctx):
+			// On the host, or in a container on the host's network (which
+			// can join no other), of an engine whose bridges are this
+			// host's own: each session's network is reached as is, and
+			// nothing of a session's is on the host's loopback, where any
+			// process of the host — another hub's sandboxed browser among
+			// them — could reach a published port.
+			a = ByIP
 		case a == "":
-			// On the host, or in a container on the host's network
-			// (--network host, which can join no other): 127.0.0.1 is the
-			// host's, and published ports are there.
+			// Rootless or in a VM (Docker Desktop), the engine's bridges
+			// are not this host's; on the operator's -container-network,
+			// which may be no bridge: 127.0.0.1 is where published ports
+			// are, as under Selenoid.
 			a = Published
 		}
 		// An explicit ByIP with no container to join: the host's network
@@ -83,7 +92,10 @@ func (l *Launcher) address(ctx context.Context) (Address, error) {
 		if pub := l.publishedAt(); a == Published && pub != localEngine {
 			logtag.Event(l.log, slog.LevelWarn, "", "INIT", fmt.Sprintf("the Docker engine is reached over TCP at %s (DOCKER_HOST): browsers' ports are published on %s there and reached at %s, as Selenoid reaches them; whoever reaches that address reaches them, so let the hub alone", pub.host, pub.bind, pub.host))
 		}
-		if a == ByIP && self == "" {
+		switch {
+		case a == ByIP && self == "" && l.opts.Address == "":
+			logtag.Event(l.log, slog.LevelInfo, "", "INIT", "the Docker engine's bridges are this host's: browsers are reached by their address on their session's own network, and publish no port on the host (-container-address published to publish them on 127.0.0.1 instead)")
+		case a == ByIP && self == "":
 			logtag.Event(l.log, slog.LevelInfo, "", "INIT", "-container-address ip: the hub runs in no container of this engine, so it joins no network and dials each browser's address from this host's network")
 		}
 		if self != "" {
@@ -94,6 +106,35 @@ func (l *Launcher) address(ctx context.Context) (Address, error) {
 		}
 	}
 	return l.addr, nil
+}
+
+// bridgesOnHost reports whether one of this host's interfaces has an
+// address on the engine's default bridge network (docker0): the engine runs
+// in this host's network namespace (not rootless, nor in a VM), and a
+// container's address on a bridge of its is reached from here directly.
+func (l *Launcher) bridgesOnHost(ctx context.Context) bool {
+	info, err := l.engine.NetworkInspect(ctx, "bridge", network.InspectOptions{})
+	if err != nil {
+		return false
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, c := range info.IPAM.Config {
+		subnet, err := netip.ParsePrefix(c.Subnet)
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && !n.IP.IsLoopback() {
+				if ip, ok := netip.AddrFromSlice(n.IP); ok && subnet.Contains(ip.Unmap()) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // mode is how drivers are reached: what address found, or before it has,
