@@ -49,7 +49,8 @@ type Address string
 // Ways to reach a driver.
 const (
 	// Published: the driver port is published on 127.0.0.1 with an engine-chosen
-	// host port, and the hub dials that. For a hub running on the host. An
+	// host port, and the hub dials that. For a hub on the host whose engine's
+	// bridges are not the host's (rootless, a VM), or on -container-network. An
 	// engine over TCP (DOCKER_HOST=tcp://…) publishes on its own address.
 	Published Address = "published"
 	// ByName: the hub dials the container by name on the browsers' network. For a
