@@ -16,9 +16,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -466,7 +468,7 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 		return nil, err
 	}
 	c.hub.Auth = p.auth
-	if c.hub.AllowedHosts, err = allowedHosts(c.allowedHosts, c.listen); err != nil {
+	if c.hub.AllowedHosts, err = allowedHosts(c.allowedHosts, c.listen, machineNames()); err != nil {
 		return nil, err
 	}
 	c.hub.Version = version
@@ -697,12 +699,13 @@ func healthcheck(c *flagConfig, stderr io.Writer) int {
 // loopback no client has a reason to call it by another name, and a web page
 // in a browser on the same host is the one peer that can (DNS rebinding),
 // while a hub on the network is reached by whatever name its users have.
-func allowedHosts(flag, listen string) ([]string, error) {
+func allowedHosts(flag, listen string, machine []string) ([]string, error) {
 	// The name -listen gives (Debian maps the host's own name to 127.0.1.1)
-	// is one its clients use.
-	var own []string
-	if h, _, err := net.SplitHostPort(listen); err == nil && h != "" && net.ParseIP(h) == nil {
-		own = []string{h}
+	// and the machine's own names are ones its clients use: a front such as
+	// ggr or selenoid-ui passes on the name its own clients gave it.
+	own := slices.Clone(machine)
+	if h, _, err := net.SplitHostPort(listen); err == nil && h != "" && net.ParseIP(h) == nil && !slices.Contains(own, h) {
+		own = append(own, h)
 	}
 	switch flag = strings.TrimSpace(flag); flag {
 	case "*":
@@ -729,6 +732,43 @@ func allowedHosts(flag, listen string) ([]string, error) {
 		}
 	}
 	return names, nil
+}
+
+// machineNames are the names the machine has for itself: its host name (and
+// that name's first label), and the names its /etc/hosts gives a loopback
+// address. None can be rebound: no DNS answer is asked for them.
+func machineNames() []string {
+	host, _ := os.Hostname()
+	hosts, _ := os.ReadFile("/etc/hosts")
+	return ownNames(host, hosts)
+}
+
+// ownNames is machineNames' rule on a host name and an /etc/hosts file.
+func ownNames(host string, etcHosts []byte) []string {
+	var out []string
+	add := func(n string) {
+		n = strings.TrimSuffix(strings.ToLower(n), ".")
+		if n != "" && n != "localhost" && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	add(host)
+	if first, _, ok := strings.Cut(host, "."); ok {
+		add(first)
+	}
+	for line := range strings.Lines(string(etcHosts)) {
+		line, _, _ = strings.Cut(line, "#")
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		if ip, err := netip.ParseAddr(f[0]); err == nil && ip.Unmap().IsLoopback() {
+			for _, n := range f[1:] {
+				add(n)
+			}
+		}
+	}
+	return out
 }
 
 // exposure says what is unsafe about serving on addr: beyond loopback without

@@ -294,14 +294,36 @@ func TestAllowedHostsDefault(t *testing.T) {
 		{"*", "127.0.0.1:4444", nil},
 		{"grid.example, *.corp.example,", ":4444", []string{"grid.example", ".corp.example"}},
 	} {
-		got, err := allowedHosts(c.flag, c.listen)
+		got, err := allowedHosts(c.flag, c.listen, nil)
 		if err != nil || (got == nil) != (c.want == nil) || strings.Join(got, "|") != strings.Join(c.want, "|") {
 			t.Errorf("allowedHosts(%q, %q) = %#v, %v, want %#v", c.flag, c.listen, got, err, c.want)
 		}
 	}
+	// The machine's own names are taken with the check on, and not when off.
+	if got, _ := allowedHosts("", "vm:4444", []string{"vm", "vm.corp.example"}); strings.Join(got, "|") != "vm|vm.corp.example" {
+		t.Errorf("the machine's names with -listen vm:4444: %#v", got)
+	}
+	if got, _ := allowedHosts("grid.example", ":4444", []string{"vm"}); strings.Join(got, "|") != "vm|grid.example" {
+		t.Errorf("the machine's names beside -allowed-hosts: %#v", got)
+	}
+	if got, _ := allowedHosts("", ":4444", []string{"vm"}); got != nil {
+		t.Errorf("the check on for a hub on every interface: %#v", got)
+	}
 	for _, bad := range []string{"hub:4444", "grid.example,*", "http://grid.example"} {
-		if _, err := allowedHosts(bad, ":4444"); err == nil || !strings.Contains(err.Error(), "-allowed-hosts") {
+		if _, err := allowedHosts(bad, ":4444", nil); err == nil || !strings.Contains(err.Error(), "-allowed-hosts") {
 			t.Errorf("-allowed-hosts %q: %v, want a refusal naming the flag", bad, err)
 		}
+	}
+}
+
+// TestOwnNames: the machine's names are its host name, that name's first
+// label, and what /etc/hosts maps to a loopback address; nothing else.
+func TestOwnNames(t *testing.T) {
+	hosts := "127.0.0.1\tlocalhost\n127.0.1.1 vm.corp.example vm # Debian's\n::1 ip6-localhost ip6-loopback\n" +
+		"10.0.0.5 db.corp.example\n# 127.0.0.1 commented\n::ffff:127.0.0.2 mapped\n"
+	got := ownNames("VM.corp.example.", []byte(hosts))
+	want := "vm.corp.example|vm|ip6-localhost|ip6-loopback|mapped"
+	if strings.Join(got, "|") != want {
+		t.Errorf("ownNames = %q, want %q", strings.Join(got, "|"), want)
 	}
 }

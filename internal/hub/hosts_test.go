@@ -63,6 +63,16 @@ func TestRebindingRefused(t *testing.T) {
 	if n := l.liveCount(); n != 0 {
 		t.Fatalf("%d browsers started for a rebound page", n)
 	}
+	// The operator hears of the name once, not once a request.
+	var refused []string
+	for len(f.ev) > 0 {
+		if m := <-f.ev; strings.Contains(m, "[HOST_REFUSED]") {
+			refused = append(refused, m)
+		}
+	}
+	if len(refused) != 1 || !strings.Contains(refused[0], `"evil.example:4444"`) || !strings.Contains(refused[0], "-allowed-hosts") {
+		t.Errorf("refusals logged: %q, want one naming the host and -allowed-hosts", refused)
+	}
 	for _, host := range []string{"grid.example:4444", "127.0.0.1:4444", "localhost"} {
 		if st, msg := send("GET", "/status", host, ""); st != http.StatusOK {
 			t.Errorf("/status with Host %s: %d %q, want 200", host, st, msg)

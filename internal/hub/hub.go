@@ -207,16 +207,18 @@ type Hub struct {
 	conf      *config.Store
 	launchers Launchers
 	sessions  *session.Registry
-	proxy     *httputil.ReverseProxy
-	client    *http.Client
-	router    *mux.Router
-	m         *metrics
-	hangups   hangup.Watcher // clients of detached waiting requests
-	side      sideChannels   // open side channels, against their caps
-	pool      *pool.Pool     // nil while -warm-pool is off
-	uploads   *budget        // bytes of file uploads held at once (uploadBudget)
-	reads     *budget        // bytes of new-session bodies being read (readBudget)
-	parses    *budget        // what their parses allocate (parseBudget), for no user in particular
+	// refusedHosts paces the log of refused Host names.
+	refusedHosts refusedHosts
+	proxy        *httputil.ReverseProxy
+	client       *http.Client
+	router       *mux.Router
+	m            *metrics
+	hangups      hangup.Watcher // clients of detached waiting requests
+	side         sideChannels   // open side channels, against their caps
+	pool         *pool.Pool     // nil while -warm-pool is off
+	uploads      *budget        // bytes of file uploads held at once (uploadBudget)
+	reads        *budget        // bytes of new-session bodies being read (readBudget)
+	parses       *budget        // what their parses allocate (parseBudget), for no user in particular
 
 	started  time.Time
 	requests atomic.Uint64

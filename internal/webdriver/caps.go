@@ -589,16 +589,18 @@ func readOptions(src map[string]any, key string, checkKeys bool) (Options, error
 	slices.Sort(ignored)
 	o = aux.Options
 	o.Ignored = ignored
+	// A zero sessionTimeout is the hub's -timeout, as none is: Selenoid
+	// takes "0s" too.
 	switch t := aux.SessionTimeout.(type) {
 	case nil:
 	case string:
 		d, err := time.ParseDuration(t)
-		if err != nil || d <= 0 || d > maxSessionTimeout {
-			return o, argErr("%s.sessionTimeout %q must be a positive duration such as \"90s\" or \"5m\"", key, t)
+		if err != nil || d < 0 || d > maxSessionTimeout {
+			return o, argErr("%s.sessionTimeout %q must be a duration such as \"90s\" or \"5m\", up to 365 days (\"0s\": the hub's -timeout)", key, t)
 		}
 		o.SessionTimeout = d
 	case float64:
-		if t <= 0 || t > maxSessionTimeout.Seconds() {
+		if t < 0 || t > maxSessionTimeout.Seconds() {
 			return o, argErr("%s.sessionTimeout %v must be a number of seconds from 0 to %v", key, t, maxSessionTimeout.Seconds())
 		}
 		o.SessionTimeout = time.Duration(t * float64(time.Second))
@@ -788,9 +790,12 @@ func checkNetworking(key string, o Options) error {
 	for _, e := range o.HostsEntries {
 		// Each entry becomes a line of the browser's /etc/hosts: a newline or
 		// space in it would add lines or names the client does not own.
+		// Docker's "host-gateway" names the host's address on the
+		// container's network, which the container reaches anyway as its
+		// gateway: as in browsers.json's hosts, and as Selenoid takes it.
 		host, ip, ok := strings.Cut(e, ":")
-		if !ok || !hostName(host) || net.ParseIP(ip) == nil {
-			return argErr("%s.hostsEntries entry %q must be \"host:ip\", a host name (letters, digits, '-', '_', '.') and an IP address, such as \"db.test:10.0.0.5\"", key, e)
+		if !ok || !hostName(host) || net.ParseIP(ip) == nil && ip != "host-gateway" {
+			return argErr("%s.hostsEntries entry %q must be \"host:ip\", a host name (letters, digits, '-', '_', '.') and an IP address or \"host-gateway\", such as \"db.test:10.0.0.5\"", key, e)
 		}
 	}
 	for _, d := range o.DNSServers {

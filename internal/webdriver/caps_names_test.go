@@ -82,7 +82,7 @@ func TestHostsEntriesAndDNSServersAreChecked(t *testing.T) {
 			t.Errorf("hostsEntries %q: err = %v, want an ArgumentError naming hostsEntries", e, err)
 		}
 	}
-	for _, e := range []string{"a.test:10.0.0.1", "b.test:::1", "db:192.168.1.2", "svc_x.internal:2001:db8::1", "host.docker.internal:172.17.0.1"} {
+	for _, e := range []string{"a.test:10.0.0.1", "b.test:::1", "db:192.168.1.2", "svc_x.internal:2001:db8::1", "host.docker.internal:172.17.0.1", "app.test:host-gateway"} {
 		if err := parseOpts(t, SelenoidOptionsKey, map[string]any{"hostsEntries": []string{e}}); err != nil {
 			t.Errorf("hostsEntries %q refused: %v", e, err)
 		}

@@ -64,7 +64,7 @@ func TestMalformed(t *testing.T) {
 		`{"capabilities":{"firstMatch":{}}}`: "array of objects",
 		`{"capabilities":{"alwaysMatch":{"a":1},"firstMatch":[{"a":2}]}}`:                               `"a" is in both`,
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":"x"}}}`:                                     "must be an object",
-		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":"x"}}}}`:                  "positive duration",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":"x"}}}}`:                  "must be a duration such as",
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"env":["NOVALUE"]}}}}`:                     "NAME=value",
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"labels":{"a":1}}}}}`:                      "must be a string",
 		`{"capabilities":{"alwaysMatch":{"browserName":7}}}`:                                            `"browserName" must be a string (got a number)`,
@@ -73,7 +73,7 @@ func TestMalformed(t *testing.T) {
 		`{"desiredCapabilities":{"browserName":"chrome","version":128}}`:                                `"version" must be a string`,
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":1e10}}}}`:                 "sessionTimeout 1e+10 must be a number of seconds",
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":1e300}}}}`:                "must be a number of seconds",
-		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":"9999999h"}}}}`:           "positive duration",
+		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"sessionTimeout":"9999999h"}}}}`:           "must be a duration such as",
 		`{"capabilities":{"firstMatch":[` + strings.Repeat(`{},`, MaxFirstMatch) + `{}]}}`:              "at most 64",
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"s3KeyPattern":"a"}}}}`:                    "S3 upload is not supported by this hub yet",
 		`{"capabilities":{"alwaysMatch":{"selenoid:options":{"screenResolution":"big"}}}}`:              "must be WIDTHxHEIGHT or WIDTHxHEIGHTxDEPTH",
@@ -370,6 +370,30 @@ func TestParseCostIsBounded(t *testing.T) {
 		}
 		if allocated > reserved {
 			t.Errorf("%s: parsing allocated %d bytes, over the %d reserved for it", name, allocated, reserved)
+		}
+	}
+}
+
+// A zero sessionTimeout is the hub's -timeout, as none is (Selenoid takes
+// "0s"); a negative one is refused.
+func TestZeroSessionTimeoutIsTheDefault(t *testing.T) {
+	for _, v := range []string{`"0s"`, `0`} {
+		n, err := ParseNewSession([]byte(`{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"sessionTimeout":` + v + `}}}}`))
+		if err != nil {
+			t.Fatalf("sessionTimeout %s: %v", v, err)
+		}
+		c, err := n.Candidates()
+		if err != nil || len(c) != 1 || c[0].Options.SessionTimeout != 0 {
+			t.Fatalf("sessionTimeout %s: %v %+v", v, err, c)
+		}
+	}
+	for _, v := range []string{`"-1s"`, `-1`} {
+		n, err := ParseNewSession([]byte(`{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"sessionTimeout":` + v + `}}}}`))
+		if err == nil {
+			_, err = n.Candidates()
+		}
+		if err == nil || !strings.Contains(err.Error(), "sessionTimeout") {
+			t.Errorf("sessionTimeout %s: %v, want a refusal naming it", v, err)
 		}
 	}
 }

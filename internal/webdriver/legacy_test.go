@@ -96,7 +96,7 @@ func TestLegacyOptionsMerge(t *testing.T) {
 // a JSONWire request's are; checks that span blocks see the merged options.
 func TestLegacyOptionsChecked(t *testing.T) {
 	for body, want := range map[string]string{
-		`{"capabilities":{"alwaysMatch":{"browserName":"chrome"}},"desiredCapabilities":{"browserName":"chrome","sessionTimeout":"soon"}}`:                     "desiredCapabilities.sessionTimeout \"soon\" must be a positive duration",
+		`{"capabilities":{"alwaysMatch":{"browserName":"chrome"}},"desiredCapabilities":{"browserName":"chrome","sessionTimeout":"soon"}}`:                     "desiredCapabilities.sessionTimeout \"soon\" must be a duration such as",
 		`{"capabilities":{"alwaysMatch":{"browserName":"chrome"}},"desiredCapabilities":{"browserName":"chrome","labels":"qa"}}`:                               "desiredCapabilities.labels must be an object",
 		`{"capabilities":{"alwaysMatch":{"browserName":"chrome"}},"desiredCapabilities":{"browserName":"chrome","selenoid:options":7}}`:                        `"selenoid:options" must be an object`,
 		`{"desiredCapabilities":{"browserName":"chrome","env":"A=1","selenoid:options":{"name":"x"}}}`:                                                         "desiredCapabilities.env must be an array",

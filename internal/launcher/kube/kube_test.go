@@ -208,6 +208,7 @@ func TestPodSpecRefuses(t *testing.T) {
 	for name, o := range map[string]webdriver.Options{
 		"containerHostname": {ContainerHostname: "ABC"},
 		"hostsEntries":      {HostsEntries: []string{"a_b:1.2.3.4"}},
+		"host-gateway":      {HostsEntries: []string{"app:host-gateway"}},
 		"dnsServers":        {DNSServers: []string{"1.1.1.1", "1.0.0.1", "8.8.8.8", "8.8.4.4"}},
 		"labels":            {Labels: map[string]string{"big": strings.Repeat("x", maxClientLabels)}},
 	} {

@@ -183,8 +183,12 @@ func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string)
 	// What Kubernetes refuses of a client's values is the client's to fix,
 	// said before the API server is asked.
 	for _, e := range o.HostsEntries {
-		if host, _, _ := strings.Cut(e, ":"); len(validation.IsDNS1123Subdomain(host)) > 0 {
+		host, ip, _ := strings.Cut(e, ":")
+		if len(validation.IsDNS1123Subdomain(host)) > 0 {
 			return nil, &webdriver.ArgumentError{Msg: fmt.Sprintf("hostsEntries %q: %q is not a DNS name, which a pod's host aliases must be (lower-case letters, digits, '-' and '.')", e, host)}
+		}
+		if ip == "host-gateway" {
+			return nil, &webdriver.ArgumentError{Msg: fmt.Sprintf("hostsEntries %q: host-gateway is Docker's name for the host, which a pod has no such name for; give an address", e)}
 		}
 	}
 	if n := len(o.DNSServers); n > maxNameservers {
