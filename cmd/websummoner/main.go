@@ -411,7 +411,7 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	if d := c.docker.VideoDir; d != "" && !c.disableDocker {
 		// Not fatal: a hub whose directory is read-only still serves browsers.
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			logtag.Event(p.log, slog.LevelWarn, "", "INIT", fmt.Sprintf("-video-output-dir %s: %v; enableVideo is refused until it is writable", d, err))
+			logtag.Event(p.log, slog.LevelWarn, "", "INIT", fmt.Sprintf("-video-output-dir %s: %v; enableVideo is refused until the hub restarts with it writable", d, err))
 			c.docker.VideoDir = ""
 		}
 	}

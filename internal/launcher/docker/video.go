@@ -49,7 +49,7 @@ func (l *Launcher) checkRecorder(ctx context.Context, r launcher.Request) error 
 	}
 	if l.opts.VideoDir == "" || l.opts.VideoImage == "" {
 		return &launcher.StartError{Phase: launcher.PhaseImage, Browser: r.Browser.String(),
-			Msg: "enableVideo needs -video-output-dir and -video-recorder-image on this hub"}
+			Msg: "enableVideo needs -video-output-dir, a directory the hub could create and write at start (a [INIT] warning says why not), and -video-recorder-image on this hub"}
 	}
 	_, err := l.engine.ImageInspect(ctx, l.opts.VideoImage)
 	switch {

@@ -51,7 +51,7 @@ func TestVideoRefusedWithoutRecorder(t *testing.T) {
 		opts Options
 		want string
 	}{
-		{Options{}, "-video-output-dir and -video-recorder-image"},
+		{Options{}, "-video-recorder-image on this hub"},
 		{Options{VideoDir: t.TempDir(), VideoImage: "websummoner/no-such-recorder:none"}, "images/recorder/build.sh"},
 	} {
 		l, _ := newLauncher(t, c.opts, nil)

@@ -103,7 +103,7 @@ func labelValue(s string) string {
 func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string) (*corev1.Pod, error) {
 	b, o := r.Browser.Browser, r.Options
 	if o.EnableVideo && (l.opts.VideoDir == "" || l.opts.VideoImage == "" || l.opts.Exec == nil) {
-		return nil, errors.New("enableVideo needs -video-output-dir and -video-recorder-image on this hub")
+		return nil, errors.New("enableVideo needs -video-output-dir, a directory the hub could create and write at start (a [INIT] warning says why not), and -video-recorder-image on this hub")
 	}
 	if len(o.AdditionalNetworks) > 0 || len(o.ApplicationContainers) > 0 {
 		return nil, fmt.Errorf("additionalNetworks and applicationContainers name Docker networks and containers, which a pod on Kubernetes cannot join; reach other services by their Kubernetes names instead")
