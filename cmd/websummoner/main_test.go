@@ -56,6 +56,7 @@ func TestInvalidFlagsStopStartUp(t *testing.T) {
 		{[]string{"-mem", "lots"}, "-mem:"},
 		{[]string{"-cpu", "-1"}, "-cpu:"},
 		{[]string{"-sweep-interval", "-1s"}, "-sweep-interval must be a positive duration"},
+		{[]string{"-container-pids-limit", "-1"}, "-container-pids-limit must be 0"},
 		{[]string{"-enable-file-upload=maybe"}, "invalid boolean value"},
 	}
 	for _, c := range cases {

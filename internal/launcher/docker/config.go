@@ -79,7 +79,7 @@ func (l *Launcher) containerConfig(r launcher.Request, session string, side []na
 		Sysctls:         b.Sysctl,
 		Privileged:      l.opts.Privileged,
 		PublishAllPorts: b.PublishAllPorts,
-		Resources:       container.Resources{Memory: mem, NanoCPUs: cpu},
+		Resources:       container.Resources{Memory: mem, NanoCPUs: cpu, PidsLimit: pidsLimit(l.opts.PidsLimit)},
 		LogConfig:       logConfig(l.opts.LogConfig, o.Name, o.Labels),
 	}
 	if !l.opts.Privileged {
@@ -105,6 +105,14 @@ func (l *Launcher) containerConfig(r launcher.Request, session string, side []na
 		host.Links = append(host.Links, c+":"+c)
 	}
 	return cfg, host, nil
+}
+
+// pidsLimit is Docker's PidsLimit for a bound: nil (none) for 0.
+func pidsLimit(n int64) *int64 {
+	if n <= 0 {
+		return nil
+	}
+	return &n
 }
 
 func (l *Launcher) userNetwork() bool { return l.opts.Network != "" && l.opts.Network != "default" }

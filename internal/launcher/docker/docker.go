@@ -76,6 +76,11 @@ type Options struct {
 	Privileged bool
 	// Mem and CPU are hub-wide defaults (-mem, -cpu) for entries without their own.
 	Mem, CPU string
+	// PidsLimit bounds the processes and threads of each browser container
+	// (-container-pids-limit): a fork bomb in one session would otherwise
+	// take the host's whole PID space, and no other session, nor the hub,
+	// could start a thread. 0: none.
+	PidsLimit int64
 	// Address is how the hub reaches drivers. Empty: ByIP when the hub runs
 	// in a container of this engine, Published otherwise, found out at the
 	// first start.
@@ -117,6 +122,8 @@ func (o Options) Validate() error {
 		return errors.New("-container-address name needs -container-network: containers are found by name only on a user-defined network")
 	case o.SweepInterval < 0:
 		return fmt.Errorf("-sweep-interval must be a positive duration such as 30s (got %v)", o.SweepInterval)
+	case o.PidsLimit < 0:
+		return fmt.Errorf("-container-pids-limit must be 0 (no limit) or more (got %d)", o.PidsLimit)
 	}
 	if _, err := config.ParseMem(o.Mem); err != nil {
 		return fmt.Errorf("-mem: %v", err)

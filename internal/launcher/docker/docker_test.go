@@ -164,7 +164,7 @@ func TestStartServeStop(t *testing.T) {
 
 func startServeStop(t *testing.T, addr Address, published bool) {
 	ports := &egress.PortSet{}
-	l, _ := newLauncher(t, Options{Published: ports, Address: addr}, nil)
+	l, _ := newLauncher(t, Options{Published: ports, Address: addr, PidsLimit: 2048}, nil)
 	inst, err := l.Start(context.Background(), stubRequest())
 	if err != nil {
 		t.Fatal(err)
@@ -190,6 +190,9 @@ func startServeStop(t *testing.T, addr Address, published bool) {
 	}
 	if info.HostConfig.Privileged {
 		t.Error("privileged by default")
+	}
+	if p := info.HostConfig.PidsLimit; p == nil || *p != 2048 {
+		t.Errorf("PidsLimit %v, want the 2048 given", p)
 	}
 	if !slices.Contains(info.HostConfig.CapDrop, "NET_RAW") && !slices.Contains(info.HostConfig.CapDrop, "CAP_NET_RAW") {
 		t.Errorf("raw sockets not dropped: CapDrop %v", info.HostConfig.CapDrop)
