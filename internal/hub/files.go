@@ -68,8 +68,11 @@ func (h *Hub) downloads(w http.ResponseWriter, r *http.Request) {
 // whether a browser shows one (a video plays in the page) or saves it, and
 // what to tell an admin-only refusal and a hub that keeps none.
 type fileKind struct {
-	noun          string
-	inline        bool
+	noun   string
+	inline bool
+	// ownSuffix ends the name a session's file is kept under by default,
+	// after its id: its owner's to fetch and remove.
+	ownSuffix     string
 	forAdmins     string
 	noneKept      string
 	nameExplained string
@@ -77,11 +80,11 @@ type fileKind struct {
 
 var (
 	downloadFiles = fileKind{noun: "downloaded file"}
-	logFiles      = fileKind{noun: "log file", nameExplained: `names have no path, no ".."`,
-		forAdmins: "session log files are served to -admin-users only; follow your live session at /logs/{session-id}",
+	logFiles      = fileKind{noun: "log file", nameExplained: `names have no path, no ".."`, ownSuffix: ".log",
+		forAdmins: "session log files are served to -admin-users only, and each to its session's owner as {session-id}.log (not under a logName); follow your live session at /logs/{session-id}",
 		noneKept:  "no session logs are kept: start the hub with -log-output-dir (and enableLog, or -save-all-logs)"}
-	videoFiles = fileKind{noun: "video", inline: true, nameExplained: `names have no path and do not start with "."`,
-		forAdmins: "videos are served to -admin-users only",
+	videoFiles = fileKind{noun: "video", inline: true, nameExplained: `names have no path and do not start with "."`, ownSuffix: ".mp4",
+		forAdmins: "videos are served to -admin-users only, and each to its session's owner as {session-id}.mp4 (not under a videoName)",
 		noneKept:  "no videos are kept: this hub records none (-video-output-dir is unset or not writable, or it runs with -disable-docker)"}
 )
 
@@ -99,9 +102,10 @@ func fileName(w http.ResponseWriter, r *http.Request, kind fileKind) (string, bo
 }
 
 // serveKept serves a directory of every user's kept files (logs, videos): the
-// operator's, so admins only under -htpasswd.
+// operator's, so admins only under -htpasswd, but for the file a user's own
+// session is kept under by default (ggr's clients fetch their videos so).
 func (h *Hub) serveKept(w http.ResponseWriter, r *http.Request, dir, name string, kind fileKind) {
-	if h.opts.Auth != nil && h.opts.Auth.Enabled() && !h.opts.Auth.Admin(userOf(r)) {
+	if h.opts.Auth != nil && h.opts.Auth.Enabled() && !h.opts.Auth.Admin(userOf(r)) && !h.ownSessionFile(userOf(r), name, kind) {
 		webdriver.WriteError(w, http.StatusForbidden, webdriver.ErrUnknownError, kind.forAdmins)
 		return
 	}
@@ -110,6 +114,22 @@ func (h *Hub) serveKept(w http.ResponseWriter, r *http.Request, dir, name string
 		return
 	}
 	serveDir(w, r, dir, name, kind)
+}
+
+// ownSessionFile reports whether name is the file a session of user's, live
+// or recently ended (session.Options.Remember), is kept under by default:
+// its id and the kind's suffix. A name a client chose (videoName, logName)
+// is not: another user's session may have chosen the same.
+func (h *Hub) ownSessionFile(user, name string, kind fileKind) bool {
+	id, ok := strings.CutSuffix(name, kind.ownSuffix)
+	if !ok || kind.ownSuffix == "" || id == "" || launcher.SafeName(id) != id {
+		return false
+	}
+	if s, ok := h.sessions.Get(id); ok {
+		return s.Owner == user
+	}
+	_, owner, ok := h.sessions.EndedReason(id)
+	return ok && owner == user
 }
 
 // serveDir serves a directory of finished files: GET lists (?json: a JSON

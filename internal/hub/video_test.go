@@ -96,6 +96,53 @@ func TestVideosAreForAdmins(t *testing.T) {
 	}
 }
 
+// A user fetches the video and log their own session is kept under by
+// default ({session-id}.mp4, {session-id}.log), live or ended, as ggr's
+// clients do; nobody else's, no listing, and no name a client chose.
+func TestOwnSessionsKeptFiles(t *testing.T) {
+	videos, logs := t.TempDir(), t.TempDir()
+	f := newFixture(t, queue.Options{Limit: 2}, Options{VideoDir: videos, LogDir: logs, Auth: authStore(t, "ops")}, &stubLauncher{})
+	_, _, body := as(t, f, "alice", "POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	for _, p := range []string{filepath.Join(videos, id+".mp4"), filepath.Join(logs, id+".log"), filepath.Join(videos, "chosen.mp4")} {
+		os.WriteFile(p, []byte("kept"), 0o644)
+	}
+	get := func(user, path string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", f.srv.URL+path, nil)
+		req.SetBasicAuth(user, user+"-pw")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, c := range []struct {
+			user, path string
+			want       int
+		}{
+			{"alice", "/video/" + id + ".mp4", 200}, {"alice", "/logs/" + id + ".log", 200},
+			{"bob", "/video/" + id + ".mp4", 403}, {"bob", "/logs/" + id + ".log", 403},
+			{"alice", "/video/", 403}, {"alice", "/video/chosen.mp4", 403}, {"ops", "/video/chosen.mp4", 200},
+		} {
+			if got := get(c.user, c.path); got != c.want {
+				t.Errorf("%s: %s GET %s: %d, want %d", when, c.user, c.path, got, c.want)
+			}
+		}
+	}
+	check("live")
+	if code, _, _ := as(t, f, "alice", "DELETE", "/session/"+id, ""); code != 200 {
+		t.Fatalf("DELETE: %d", code)
+	}
+	check("ended")
+	if code, _, _ := as(t, f, "alice", "DELETE", "/video/"+id+".mp4", ""); code != 200 {
+		t.Fatalf("the owner could not delete her session's video: %d", code)
+	}
+}
+
 // echoServer stands in for a browser's VNC server (e2e/liveview_test.go has the
 // real x11vnc): it echoes what it reads.
 func echoServer(t *testing.T) *url.URL {
