@@ -200,8 +200,19 @@ func (l *Launcher) Check(ctx context.Context, b config.Resolved) error {
 	if !l.health.Up() {
 		return l.health.DownErr(b, nil)
 	}
-	_, err := l.inspectImage(ctx, b)
-	return err
+	if _, err := l.inspectImage(ctx, b); err != nil {
+		return err
+	}
+	if l.userNetwork() {
+		// Every start on a network that is not there fails: said before one
+		// is tried, and not as a browser that failed to start.
+		_, err := l.engine.NetworkInspect(ctx, l.opts.Network, network.InspectOptions{})
+		if cerrdefs.IsNotFound(err) {
+			return &launcher.StartError{Phase: launcher.PhaseImage, Browser: b.String(),
+				Msg: fmt.Sprintf("-container-network %q is not a network of the Docker engine: create it (docker network create %s) or give the hub another", l.opts.Network, l.opts.Network)}
+		}
+	}
+	return nil
 }
 
 func (l *Launcher) inspectImage(ctx context.Context, b config.Resolved) ([]nat.Port, error) {

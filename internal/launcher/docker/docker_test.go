@@ -234,6 +234,13 @@ func TestMissingImageFailsAtOnce(t *testing.T) {
 	if err := l.Check(context.Background(), stubRequest().Browser); err != nil {
 		t.Fatalf("present image: %v", err)
 	}
+	// A -container-network the engine does not have fails every start: said
+	// at once, naming the flag.
+	l, _ = newLauncher(t, Options{Network: "websummoner-no-such-network"}, nil)
+	err = l.Check(context.Background(), stubRequest().Browser)
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), `-container-network "websummoner-no-such-network" is not a network`) {
+		t.Fatalf("missing network: %v", err)
+	}
 }
 
 func TestStartupTimeoutRemovesContainer(t *testing.T) {
