@@ -92,7 +92,7 @@ func switchName(a string) string {
 // choosesProgram reports whether a chromium argument names what runs.
 func choosesProgram(a string) bool {
 	name := switchName(a)
-	return slices.Contains(chooseWhatRuns, "--"+name) || name == "profile" ||
+	return slices.Contains(chooseWhatRuns, "--"+name) || name == "profile" || name == "p" || // Firefox's profile, by path or by name
 		slices.ContainsFunc(runsShapes, func(end string) bool { return strings.HasSuffix(name, end) })
 }
 
@@ -125,6 +125,21 @@ func namesHostPath(arg string) bool {
 func zoneFile(tz string) bool {
 	v := strings.TrimPrefix(tz, ":")
 	return namesHostPath(v) || strings.Contains(v, "..")
+}
+
+// localeFile reports whether a locale variable's value names a file: glibc
+// loads a locale named by a path from that path, as it reads a zone file,
+// where a locale is a name ("de_DE.UTF-8", "en_US:en").
+func localeFile(name, v string) bool {
+	return (name == "LANG" || name == "LANGUAGE" || strings.HasPrefix(name, "LC_")) &&
+		(strings.ContainsAny(v, "/\\") || strings.Contains(v, ".."))
+}
+
+// envValueNamesFile reports whether a variable a client may set for a local
+// driver names a file of the host by its value: a zone file by TZ, a
+// locale's files by a locale variable.
+func envValueNamesFile(name, v string) bool {
+	return name == "TZ" && zoneFile(v) || localeFile(name, v)
 }
 
 // CheckClient refuses, before the request queues, what a client may not
@@ -162,11 +177,9 @@ func CheckClient(b config.Resolved, o webdriver.Options, caps map[string]any) er
 				return &webdriver.ArgumentError{Msg: fmt.Sprintf("%s %.100q names a file of the hub's host for %s, a local driver process; give a zone name such as \"Europe/Paris\"", what, tz, b)}
 			}
 		}
-		// glibc loads a locale named by a path from that path, as it reads a
-		// zone file: a locale is a name ("de_DE.UTF-8", "en_US:en").
 		for _, kv := range o.Env {
 			name, v, _ := strings.Cut(kv, "=")
-			if (name == "LANG" || name == "LANGUAGE" || strings.HasPrefix(name, "LC_")) && (strings.ContainsAny(v, "/\\") || strings.Contains(v, "..")) {
+			if localeFile(name, v) {
 				return &webdriver.ArgumentError{Msg: fmt.Sprintf("env %s %.100q names a file of the hub's host for %s, a local driver process; give a locale name such as \"de_DE.UTF-8\"", name, v, b)}
 			}
 		}
@@ -245,9 +258,10 @@ func choosesWhatRuns(b config.Resolved, caps map[string]any) string {
 		// geckodriver's env is the browser's environment: the same
 		// allow-list as the session's own env.
 		env, _ := opts["env"].(map[string]any)
-		for name := range env {
-			if !clientEnvAllowed(b, name) {
-				return fmt.Sprintf("%q.env %q", key, name)
+		for name, v := range env {
+			s, _ := v.(string)
+			if !clientEnvAllowed(b, name) || envValueNamesFile(name, s) {
+				return fmt.Sprintf("%q.env %q", key, name+"="+s)
 			}
 		}
 		if !browserBlocks[key] {
