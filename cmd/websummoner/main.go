@@ -219,7 +219,7 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.StringVar(&c.docker.Mem, "mem", "", "Default memory limit of a browser container, e.g. 512m or 1g (browsers.json \"mem\" wins)")
 	fs.StringVar(&c.docker.CPU, "cpu", "", "Default CPU limit of a browser container, e.g. 0.5 or 2.0 (browsers.json \"cpu\" wins)")
 	fs.Int64Var(&c.docker.PidsLimit, "container-pids-limit", 2048, "Most processes and threads in one browser container, so that a fork bomb in one session cannot take the host's PID space (0 = no limit)")
-	fs.StringVar((*string)(&c.docker.Address), "container-address", "", "How the hub reaches a container's driver: \"published\" (a port published on 127.0.0.1; hub on the host), \"ip\" (the container's address; hub in a container of the same engine, which joins each session's network) or \"name\" (the container's name on -container-network); empty: \"ip\" when the hub runs in a container of the engine, \"published\" otherwise")
+	fs.StringVar((*string)(&c.docker.Address), "container-address", "", "How the hub reaches a container's driver: \"published\" (a port published on 127.0.0.1; hub on the host), \"ip\" (the container's address; hub in a container of the same engine, which joins each session's network) or \"name\" (the container's name on -container-network); empty: \"ip\" when the hub runs in a container of the engine, or on the host of a local engine whose bridges are the host's (not rootless, nor Docker Desktop) without -container-network, \"published\" otherwise")
 	fs.DurationVar(&c.docker.SweepInterval, "sweep-interval", 30*time.Second, "How often containers with no live session are removed (0 = the default)")
 
 	for _, s := range ignoredSelenoidFlags {

@@ -790,9 +790,10 @@ func checkNetworking(key string, o Options) error {
 	for _, e := range o.HostsEntries {
 		// Each entry becomes a line of the browser's /etc/hosts: a newline or
 		// space in it would add lines or names the client does not own.
-		// Docker's "host-gateway" names the host's address on the
-		// container's network, which the container reaches anyway as its
-		// gateway: as in browsers.json's hosts, and as Selenoid takes it.
+		// Docker's "host-gateway" names the host by the address the engine
+		// gives it (docker0's, or its host-gateway-ip), which a container
+		// reaches anyway, as any of the host's addresses: as in
+		// browsers.json's hosts, and as Selenoid takes it.
 		host, ip, ok := strings.Cut(e, ":")
 		if !ok || !hostName(host) || net.ParseIP(ip) == nil && ip != "host-gateway" {
 			return argErr("%s.hostsEntries entry %q must be \"host:ip\", a host name (letters, digits, '-', '_', '.') and an IP address or \"host-gateway\", such as \"db.test:10.0.0.5\"", key, e)

@@ -82,8 +82,9 @@ type Options struct {
 	// could start a thread. 0: none.
 	PidsLimit int64
 	// Address is how the hub reaches drivers. Empty: ByIP when the hub runs
-	// in a container of this engine, Published otherwise, found out at the
-	// first start.
+	// in a container of this engine, or on the host of a local engine whose
+	// bridges are the host's without Network; Published otherwise. Found
+	// out at the first start.
 	Address Address
 	// Published records the ports containers publish on the host's loopback
 	// while they live, for sandboxed local browsers' proxies to refuse

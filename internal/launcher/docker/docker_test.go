@@ -25,6 +25,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/api/types/system"
 	"github.com/docker/docker/client"
 	"github.com/docker/go-connections/nat"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -165,6 +166,9 @@ func TestStartServeStop(t *testing.T) {
 func startServeStop(t *testing.T, addr Address, published bool) {
 	ports := &egress.PortSet{}
 	l, _ := newLauncher(t, Options{Published: ports, Address: addr, PidsLimit: 2048}, nil)
+	if addr == "" && !l.bridgesOnHost(context.Background()) {
+		published = true // a rootless engine, or one in a VM: its bridges are not this host's
+	}
 	inst, err := l.Start(context.Background(), stubRequest())
 	if err != nil {
 		t.Fatal(err)
@@ -723,5 +727,33 @@ func TestEngineHangsDuringAStart(t *testing.T) {
 	var se *launcher.StartError
 	if !errors.As(err, &se) || !se.Down || !strings.Contains(err.Error(), "unreachable") {
 		t.Fatalf("a start the engine froze under: %v (down %v)", err, se != nil && se.Down)
+	}
+}
+
+// engineElsewhere is the local engine as a rootless one, or Docker
+// Desktop's, reports itself: its bridges may have the same addresses as a
+// rootful engine's beside it, but are not this host's.
+type engineElsewhere struct {
+	Engine
+	info system.Info
+}
+
+func (e engineElsewhere) Info(ctx context.Context) (system.Info, error) { return e.info, nil }
+
+// The hub reaches containers by their addresses only from an engine whose
+// bridges are this host's: never a rootless one's, nor Docker Desktop's.
+func TestBridgesOnHostOnlyForAnEngineOfThisHost(t *testing.T) {
+	needEngine(t)
+	for _, info := range []system.Info{
+		{SecurityOptions: []string{"name=seccomp,profile=builtin", "name=rootless"}},
+		{OperatingSystem: "Docker Desktop"},
+	} {
+		l, err := New(Options{}, engineElsewhere{engine, info}, nil, prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.bridgesOnHost(context.Background()) {
+			t.Errorf("an engine reporting %+v taken for one whose bridges are this host's", info)
+		}
 	}
 }

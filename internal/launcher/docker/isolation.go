@@ -21,8 +21,9 @@ import (
 // removed after it: no other session's container is on it, so a page in one
 // browser cannot open a connection to another's driver, DevTools, VNC or
 // files — the kernel drops it (Docker isolates bridge networks from each
-// other). The hub reaches the browser through its ports published on
-// 127.0.0.1, which arrive from the network's gateway. The recorder shares the
+// other). The hub reaches the browser at its address on that network, or
+// through its ports published on 127.0.0.1 (self.go); either way its
+// connections arrive from the network's gateway. The recorder shares the
 // browser's network namespace, and application containers the operator
 // allows are connected to the session's network for its lifetime.
 //

@@ -27,8 +27,9 @@ import (
 
 // address is how the hub reaches drivers: -container-address, or, without
 // it, ByIP if the hub runs in a container of this engine that is not on the
-// host's network, and Published otherwise. The answer is found once, at the
-// first start the engine answers.
+// host's network, or on the host (or its network) of a local engine whose
+// bridges are the host's, without -container-network; Published otherwise.
+// The answer is found once, at the first start the engine answers.
 func (l *Launcher) address(ctx context.Context) (Address, error) {
 	l.mu.Lock()
 	a := l.addr
@@ -49,9 +50,9 @@ func (l *Launcher) address(ctx context.Context) (Address, error) {
 			// On the host, or in a container on the host's network (which
 			// can join no other), of an engine whose bridges are this
 			// host's own: each session's network is reached as is, and
-			// nothing of a session's is on the host's loopback, where any
-			// process of the host — another hub's sandboxed browser among
-			// them — could reach a published port.
+			// nothing of a session's is on the host's loopback, where
+			// another hub's sandboxed browsers, whose way out refuses
+			// bridges but not loopback, could reach a published port.
 			a = ByIP
 		case a == "":
 			// Rootless or in a VM (Docker Desktop), the engine's bridges
@@ -108,11 +109,18 @@ func (l *Launcher) address(ctx context.Context) (Address, error) {
 	return l.addr, nil
 }
 
-// bridgesOnHost reports whether one of this host's interfaces has an
-// address on the engine's default bridge network (docker0): the engine runs
-// in this host's network namespace (not rootless, nor in a VM), and a
-// container's address on a bridge of its is reached from here directly.
+// bridgesOnHost reports whether the engine's bridges are this host's own:
+// the engine is neither rootless nor in a VM (Docker Desktop), whose bridges
+// are in a network namespace or machine of their own — though their
+// addresses may be the same as a rootful engine's beside them — and one of
+// this host's interfaces has an address on its default bridge network
+// (docker0). A container's address on a bridge of its is then reached from
+// here directly.
 func (l *Launcher) bridgesOnHost(ctx context.Context) bool {
+	sys, err := l.engine.Info(ctx)
+	if err != nil || slices.Contains(sys.SecurityOptions, "name=rootless") || strings.Contains(sys.OperatingSystem, "Docker Desktop") {
+		return false
+	}
 	info, err := l.engine.NetworkInspect(ctx, "bridge", network.InspectOptions{})
 	if err != nil {
 		return false
