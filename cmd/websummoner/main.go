@@ -736,20 +736,29 @@ func allowedHosts(flag, listen string, machine []string) ([]string, error) {
 }
 
 // machineNames are the names the machine has for itself: its host name (and
-// that name's first label), and the names its /etc/hosts gives a loopback
-// address. None can be rebound: no DNS answer is asked for them.
+// that name's first label), and the first names its /etc/hosts gives
+// 127.0.0.1, 127.0.1.1 or ::1. A page could rebind one only by controlling
+// how this machine resolves its own names.
 func machineNames() []string {
 	host, _ := os.Hostname()
 	hosts, _ := os.ReadFile("/etc/hosts")
 	return ownNames(host, hosts)
 }
 
+// maxOwnNames bounds the names taken from /etc/hosts: an ad blocker's
+// maps thousands of names to loopback, and each request's Host is compared
+// with every name taken.
+const maxOwnNames = 16
+
 // ownNames is machineNames' rule on a host name and an /etc/hosts file.
 func ownNames(host string, etcHosts []byte) []string {
+	// The loopback addresses whose names are the machine's own (Debian
+	// gives its host name 127.0.1.1).
+	ownAddrs := []netip.Addr{netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.AddrFrom4([4]byte{127, 0, 1, 1}), netip.IPv6Loopback()}
 	var out []string
 	add := func(n string) {
 		n = strings.TrimSuffix(strings.ToLower(n), ".")
-		if n != "" && n != "localhost" && !slices.Contains(out, n) {
+		if n != "" && n != "localhost" && !slices.Contains(out, n) && len(out) < maxOwnNames {
 			out = append(out, n)
 		}
 	}
@@ -763,7 +772,7 @@ func ownNames(host string, etcHosts []byte) []string {
 		if len(f) < 2 {
 			continue
 		}
-		if ip, err := netip.ParseAddr(f[0]); err == nil && ip.Unmap().IsLoopback() {
+		if ip, err := netip.ParseAddr(f[0]); err == nil && slices.Contains(ownAddrs, ip.Unmap()) {
 			for _, n := range f[1:] {
 				add(n)
 			}

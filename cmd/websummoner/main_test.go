@@ -301,8 +301,8 @@ func TestAllowedHostsDefault(t *testing.T) {
 		}
 	}
 	// The machine's own names are taken with the check on, and not when off.
-	if got, _ := allowedHosts("", "vm:4444", []string{"vm", "vm.corp.example"}); strings.Join(got, "|") != "vm|vm.corp.example" {
-		t.Errorf("the machine's names with -listen vm:4444: %#v", got)
+	if got, _ := allowedHosts("", "127.0.0.1:4444", []string{"vm", "vm.corp.example"}); strings.Join(got, "|") != "vm|vm.corp.example" {
+		t.Errorf("the machine's names with -listen 127.0.0.1:4444: %#v", got)
 	}
 	if got, _ := allowedHosts("grid.example", ":4444", []string{"vm"}); strings.Join(got, "|") != "vm|grid.example" {
 		t.Errorf("the machine's names beside -allowed-hosts: %#v", got)
@@ -321,9 +321,15 @@ func TestAllowedHostsDefault(t *testing.T) {
 // label, and what /etc/hosts maps to a loopback address; nothing else.
 func TestOwnNames(t *testing.T) {
 	hosts := "127.0.0.1\tlocalhost\n127.0.1.1 vm.corp.example vm # Debian's\n::1 ip6-localhost ip6-loopback\n" +
-		"10.0.0.5 db.corp.example\n# 127.0.0.1 commented\n::ffff:127.0.0.2 mapped\n"
+		"10.0.0.5 db.corp.example\n# 127.0.0.1 commented\n127.0.0.2 elsewhere\n"
+	// An ad blocker's hosts file maps thousands of names to loopback:
+	// only the first few are taken.
+	for i := range 5000 {
+		hosts += fmt.Sprintf("127.0.0.1 ads%d.example\n", i)
+	}
 	got := ownNames("VM.corp.example.", []byte(hosts))
-	want := "vm.corp.example|vm|ip6-localhost|ip6-loopback|mapped"
+	want := "vm.corp.example|vm|ip6-localhost|ip6-loopback|ads0.example|ads1.example|ads2.example|ads3.example|" +
+		"ads4.example|ads5.example|ads6.example|ads7.example|ads8.example|ads9.example|ads10.example|ads11.example"
 	if strings.Join(got, "|") != want {
 		t.Errorf("ownNames = %q, want %q", strings.Join(got, "|"), want)
 	}

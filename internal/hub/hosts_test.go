@@ -1,9 +1,11 @@
 package hub
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/websummoner/websummoner/internal/queue"
 )
@@ -70,7 +72,7 @@ func TestRebindingRefused(t *testing.T) {
 			refused = append(refused, m)
 		}
 	}
-	if len(refused) != 1 || !strings.Contains(refused[0], `"evil.example:4444"`) || !strings.Contains(refused[0], "-allowed-hosts") {
+	if len(refused) != 1 || !strings.Contains(refused[0], `"evil.example"`) || !strings.Contains(refused[0], "-allowed-hosts") {
 		t.Errorf("refusals logged: %q, want one naming the host and -allowed-hosts", refused)
 	}
 	for _, host := range []string{"grid.example:4444", "127.0.0.1:4444", "localhost"} {
@@ -82,5 +84,25 @@ func TestRebindingRefused(t *testing.T) {
 	g := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
 	if resp, _ := g.do("GET", "/status", "", "Host", "evil.example"); resp.StatusCode != http.StatusOK {
 		t.Errorf("/status with no host check: %d, want 200", resp.StatusCode)
+	}
+}
+
+// Refused names are logged once a minute each, and refusedHostsPerMinute a
+// minute in all: a page that makes a new name per request writes no line
+// per request, and the next minute's first line counts those not logged.
+func TestRefusedHostsPaced(t *testing.T) {
+	var rh refusedHosts
+	start := time.Now()
+	logged := 0
+	for i := range 15 {
+		if log, _ := rh.first(fmt.Sprintf("n%d.evil.example", i), start); log {
+			logged++
+		}
+	}
+	if log, _ := rh.first("n0.evil.example", start.Add(time.Second)); log || logged != refusedHostsPerMinute {
+		t.Fatalf("logged %d names in a minute (and a repeat: %v), want %d", logged, log, refusedHostsPerMinute)
+	}
+	if log, skipped := rh.first("n0.evil.example", start.Add(time.Minute)); !log || skipped != 15-refusedHostsPerMinute {
+		t.Fatalf("the next minute: logged %v, said %d skipped, want true and %d", log, skipped, 15-refusedHostsPerMinute)
 	}
 }
