@@ -467,11 +467,24 @@ func (q *Queue) runnableWaiterLocked() bool {
 	return slices.ContainsFunc(q.backlog, q.mayRunLocked)
 }
 
+// runnableWaitersLocked counts the waiters that may take a slot once one is
+// free: those a free slot is promised to. A waiter whose tenant runs its
+// maxSessions is promised none.
+func (q *Queue) runnableWaitersLocked() int {
+	n := 0
+	for _, t := range q.backlog {
+		if q.mayRunLocked(t) {
+			n += t.waiters.Len()
+		}
+	}
+	return n
+}
+
 // whyWaitLocked records in out why a request of t would have had to wait,
 // for its message: its tenant at maxSessions, or the free slots promised
 // to the waiters ahead; else every slot is busy.
 func (q *Queue) whyWaitLocked(t *tenant, out *Outcome) {
-	out.free, out.ahead = q.opts.Limit-q.inUse, q.waiters.Len()
+	out.free, out.ahead = q.opts.Limit-q.inUse+q.releasing, q.runnableWaitersLocked()
 	if !q.mayRunLocked(t) {
 		out.maxSessions = t.quota.MaxSessions
 	}
@@ -502,7 +515,7 @@ const maxTurns = 10
 func (q *Queue) mayNotWaitLocked(ctx context.Context, r Request, t *tenant, now time.Time, out Outcome) (*Slot, Outcome, *Waiting) {
 	reason := q.mayNotWaitReason()
 	out.free = q.opts.Limit - q.inUse + q.releasing
-	out.ahead = q.waiters.Len()
+	out.ahead = q.runnableWaitersLocked()
 	switch {
 	case t.quota.MaxSessions > 0 && t.running-t.releasing+t.waiters.Len() >= t.quota.MaxSessions:
 		// A session of its own being torn down counts as free for it, as a
@@ -534,7 +547,8 @@ func (q *Queue) mayNotWaitLocked(ctx context.Context, r Request, t *tenant, now 
 }
 
 // Spare takes a slot for a warm-pool fill, the lowest-priority start: only
-// when a slot is free, no request waits, no slot is being torn down for a
+// when a slot is free, no request waits that may take it (one whose tenant
+// runs its maxSessions may not), no slot is being torn down for a
 // request to find, and the start gate would still permit a client's start
 // (of cost 1) beside this one. It returns nil otherwise. A spare admission is
 // no client's: it neither resets idle nor counts in the wait histogram.
@@ -542,7 +556,7 @@ func (q *Queue) Spare(cost int) *Slot {
 	cost = max(cost, 1)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.closed || q.inUse >= q.opts.Limit || q.waiters.Len() > 0 || q.releasing > 0 {
+	if q.closed || q.inUse >= q.opts.Limit || q.runnableWaiterLocked() || q.releasing > 0 {
 		return nil
 	}
 	if g := q.opts.Gate; g != nil && !trySpare(g, cost) {

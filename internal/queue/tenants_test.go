@@ -266,3 +266,38 @@ func TestParseQuotas(t *testing.T) {
 		}
 	}
 }
+
+// A request that may not wait (ggr's X-Selenoid-No-Wait) while the start
+// gate is full waits for its start's turn by a free slot: a waiter of a
+// tenant at its maxSessions is promised no slot, so it is not "ahead".
+func TestNoWaitNotBehindWaitersAtMaxSessions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &fakeGate{permits: 1}
+		h := newHarness(t, Options{Limit: 2, Timeout: time.Minute, Gate: g, TurnTimeout: 30 * time.Second,
+			Quotas: mustQuotas(t, `{"bob": {"maxSessions": 1}}`)})
+		b0 := h.acquireReq(Request{ID: "b0", Tenant: "bob"})
+		b1 := h.acquireReq(Request{ID: "b1", Tenant: "bob"})
+		if !b0.finished() || b1.finished() {
+			t.Fatal("bob was given more than his maxSessions")
+		}
+		a := h.acquireReq(Request{ID: "a", Tenant: "alice", NoWait: true})
+		if a.finished() {
+			t.Fatalf("alice's no-wait request was answered while the gate was full: %v %q", a.out.Reason, a.out.Message())
+		}
+		b0.slot.Started(StartSucceeded)
+		g.wake()
+		synctest.Wait()
+		if !a.finished() || !a.out.Admitted {
+			t.Fatalf("alice's no-wait request, once the gate freed: %v %q", a.out.Reason, a.out.Message())
+		}
+		a.slot.Release()
+		b0.slot.Release()
+		synctest.Wait()
+		if b1.slot != nil {
+			b1.slot.Release()
+		} else {
+			b1.cancel()
+		}
+		synctest.Wait()
+	})
+}
