@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"golang.org/x/sync/semaphore"
@@ -20,6 +21,10 @@ type budget struct {
 	mu    sync.Mutex
 	users map[string]*userShare // while a request of the user holds or waits
 }
+
+// errUserHalf is a wait that ended while the user's own half of the budget
+// was held by their other requests.
+var errUserHalf = errors.New("the user's own half of the budget is held by their other requests")
 
 // userShare is one user's part of a budget, and the requests that hold or
 // wait for some of it.
@@ -49,13 +54,14 @@ func (b *budget) tryTake(user string, n int64) func() {
 }
 
 // take holds n for user, waiting while ctx lets it, and returns the
-// function that gives it back (once).
+// function that gives it back (once). A wait that ends while the user's
+// half is still held is errUserHalf.
 func (b *budget) take(ctx context.Context, user string, n int64) (func(), error) {
 	s := b.join(user)
 	if s != nil {
 		if err := s.sem.Acquire(ctx, b.ofUser(n)); err != nil {
 			b.leave(user, s)
-			return nil, err
+			return nil, errors.Join(errUserHalf, err)
 		}
 	}
 	if err := b.all.Acquire(ctx, n); err != nil {

@@ -293,6 +293,9 @@ func (h *Hub) take(c *creation, b *budget, user string, give *func(), n int64) e
 		if c.ctx.Err() != nil {
 			return errClientGone
 		}
+		if errors.Is(err, errUserHalf) {
+			return errUserParseBusy
+		}
 		return errParseBusy
 	}
 	return nil

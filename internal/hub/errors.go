@@ -49,7 +49,10 @@ var (
 	// errShutDown: the grace period ended while the browser was starting.
 	errShutDown = errors.New("the hub is shutting down and admits no new sessions; retry on another hub or after the restart")
 	// errParseBusy: no share of readBudget or parseBudget came within parseWait.
-	errParseBusy = fmt.Errorf("the hub is reading and parsing as many new-session bodies as it holds at once (%d MiB of bodies, %d MiB for their parses), and this one found no turn within %v; send it again", readBudget>>20, parseBudget>>20, parseWait)
+	// errUserParseBusy: the user's own half of readBudget stayed held by
+	// their other new-session bodies for parseWait.
+	errUserParseBusy = fmt.Errorf("your other new-session bodies being read hold half of what the hub reads at once (%d MiB of %d), as much as one user may, and this one found no turn within %v; send them whole, or fewer at once", readBudget>>21, readBudget>>20, parseWait)
+	errParseBusy     = fmt.Errorf("the hub is reading and parsing as many new-session bodies as it holds at once (%d MiB of bodies, %d MiB for their parses), and this one found no turn within %v; send it again", readBudget>>20, parseBudget>>20, parseWait)
 )
 
 // bodyError is a new-session body that could not be read to its end.
@@ -177,7 +180,7 @@ func (h *Hub) replyFor(err error) reply {
 		return h.refusalReply(rf.out)
 	case errors.Is(err, errShutDown):
 		rep.retryAfter = h.queue.RetryAfter()
-	case errors.Is(err, errParseBusy):
+	case errors.Is(err, errParseBusy), errors.Is(err, errUserParseBusy):
 		return reply{status: http.StatusInternalServerError, code: webdriver.ErrSessionNotCreated, msg: err.Error(), event: "PARSE_BUSY", level: slog.LevelWarn, retryAfter: 10 * time.Second}
 	case errors.As(err, &de):
 		code, msg, ok := de.W3C()

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"golang.org/x/sync/semaphore"
 
@@ -89,22 +90,26 @@ func TestNewSessionBodyShares(t *testing.T) {
 func TestOneUserHoldsHalfTheReadBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, queue.Options{Limit: 2}, Options{Auth: authStore(t)}, &stubLauncher{mem: newMemTransport()})
-		post := func(user string, body io.Reader, length int64) <-chan int {
-			status := make(chan int, 1)
+		type answer struct {
+			code int
+			body string
+		}
+		post := func(user string, body io.Reader, length int64) <-chan answer {
+			status := make(chan answer, 1)
 			go func() {
 				req := httptest.NewRequest("POST", "/session", body)
 				req.ContentLength = length
 				req.SetBasicAuth(user, user+"-pw")
 				rec := httptest.NewRecorder()
 				f.hub.ServeHTTP(rec, req)
-				status <- rec.Code
+				status <- answer{rec.Code, rec.Body.String()}
 			}()
 			return status
 		}
 		// bob declares four of the largest bodies, enough for the whole
 		// budget, and sends one byte of each.
 		var stalls []*io.PipeWriter
-		var bobs []<-chan int
+		var bobs []<-chan answer
 		for range 4 {
 			pr, pw := io.Pipe()
 			stalls = append(stalls, pw)
@@ -113,16 +118,39 @@ func TestOneUserHoldsHalfTheReadBudget(t *testing.T) {
 		synctest.Wait()
 		ext := strings.Repeat("A", 1<<20)
 		body := `{"capabilities":{"alwaysMatch":{"browserName":"chrome","goog:chromeOptions":{"extensions":["` + ext + `"]}}}}`
-		if code := <-post("alice", strings.NewReader(body), int64(len(body))); code != http.StatusOK {
-			t.Fatalf("alice's 1 MiB body beside bob's stalled ones: %d", code)
+		if a := <-post("alice", strings.NewReader(body), int64(len(body))); a.code != http.StatusOK {
+			t.Fatalf("alice's 1 MiB body beside bob's stalled ones: %d %s", a.code, a.body)
+		}
+		// Bob's two past his half are told so, once their wait is over.
+		time.Sleep(parseWait + time.Second)
+		synctest.Wait()
+		var told, cut int
+		for _, s := range bobs {
+			select {
+			case a := <-s:
+				if a.code != http.StatusInternalServerError || !strings.Contains(a.body, "as much as one user may") {
+					t.Fatalf("bob's body past his half: %d %s", a.code, a.body)
+				}
+				told++
+			default:
+			}
 		}
 		for _, pw := range stalls {
 			pw.CloseWithError(io.ErrUnexpectedEOF)
 		}
+		synctest.Wait()
 		for _, s := range bobs {
-			if code := <-s; code != http.StatusBadRequest {
-				t.Fatalf("bob's cut body: %d, want 400", code)
+			select {
+			case a := <-s:
+				if a.code != http.StatusBadRequest {
+					t.Fatalf("bob's cut body: %d, want 400", a.code)
+				}
+				cut++
+			default:
 			}
+		}
+		if told != 2 || cut != 2 {
+			t.Fatalf("bob's four bodies: %d told they were past his half, %d cut; want 2 and 2", told, cut)
 		}
 		if !f.hub.reads.all.TryAcquire(readBudget) {
 			t.Fatal("the read budget was not given back")

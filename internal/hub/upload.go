@@ -67,9 +67,12 @@ func (h *Hub) uploadTurn(w http.ResponseWriter, r *http.Request) (func(), bool) 
 	}
 	if err != nil {
 		if r.Context().Err() == nil {
+			msg := fmt.Sprintf("the hub is checking as many file uploads as it holds at once (%d of -max-upload-size %d MiB), and this one found no turn within %v; send it again", uploadBudget, h.opts.MaxUploadSize>>20, uploadWait)
+			if errors.Is(err, errUserHalf) {
+				msg = fmt.Sprintf("your other uploads being checked hold half of what the hub checks at once (%d of -max-upload-size %d MiB), as much as one user may, and this one found no turn within %v; send them one after another", uploadBudget/2, h.opts.MaxUploadSize>>20, uploadWait)
+			}
 			w.Header().Set("Retry-After", "10")
-			webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnknownError,
-				fmt.Sprintf("the hub is checking as many file uploads as it holds at once (%d of -max-upload-size %d MiB), and this one found no turn within %v; send it again", uploadBudget, h.opts.MaxUploadSize>>20, uploadWait))
+			webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnknownError, msg)
 		}
 		return nil, false
 	}
