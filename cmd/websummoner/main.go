@@ -409,6 +409,11 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	c.process.ReadyTransport, c.docker.ReadyTransport = drivers, drivers
 	p.procs = process.New(c.process, p.log)
 	launchers := hub.Launchers{Process: p.procs}
+	if b, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil && !c.disableDocker && !c.kubernetes && c.docker.PidsLimit > 0 {
+		if pidMax, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && int64(c.queue.Limit)*c.docker.PidsLimit >= pidMax {
+			logtag.Event(p.log, slog.LevelWarn, "", "INIT", fmt.Sprintf("-limit %d times -container-pids-limit %d reaches the host's kernel.pid_max %d: sessions that all fork without end could still take the host's PID space; lower -container-pids-limit, or raise kernel.pid_max", c.queue.Limit, c.docker.PidsLimit, pidMax))
+		}
+	}
 	if d := c.docker.VideoDir; d != "" && !c.disableDocker {
 		// Not fatal: a hub whose directory is read-only still serves browsers.
 		if err := os.MkdirAll(d, 0o755); err != nil {
