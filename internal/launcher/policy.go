@@ -21,6 +21,10 @@ var neverClientEnv = []string{
 	"BASH_ENV", "ENV", "SHELLOPTS", "PS4", "IFS", "PYTHONSTARTUP", "PYTHONHOME",
 	"GTK_MODULES", "GIO_*", "GST_*", "GCONV_*", "LOCPATH", "NLSPATH", "HOME", "TMPDIR", "XDG_*",
 	"CHROME_*", "GOOGLE_*", "MOZ_*", "WEBSUMMONER_*",
+	// Modules, plugins and files GTK, GDK and GStreamer load by name
+	// (GTK_IM_MODULE_FILE, GDK_PIXBUF_MODULEDIR, GTK_EXE_PREFIX), and
+	// WebKit's remote inspector, which any local process could then drive.
+	"*MODULE", "*MODULES", "*MODULE_FILE", "*MODULEDIR", "*_PREFIX", "*FILE", "*DIR", "WEBKIT_INSPECTOR*",
 }
 
 // envMatch reports whether name matches one of patterns ("X_*" a prefix, "*X" a
@@ -73,12 +77,15 @@ func clientEnvAllowed(b config.Resolved, name string) bool {
 // library to load, or another browser's state to use.
 var chooseWhatRuns = []string{"--renderer-cmd-prefix", "--utility-cmd-prefix", "--zygote-cmd-prefix", "--nacl-loader-cmd-prefix",
 	"--gpu-launcher", "--browser-subprocess-path", "--plugin-launcher", "--ppapi-plugin-launcher", "--nacl-gdb", "--nacl-gdb-script",
-	"--gssapi-library-name", "--register-pepper-plugins", "--gpu-startup-dialog", "--user-data-dir", "--remote-debugging-pipe"}
+	"--gssapi-library-name", "--register-pepper-plugins", "--gpu-startup-dialog", "--user-data-dir", "--remote-debugging-pipe",
+	// GTK's and GStreamer's, which WebKitGTK's MiniBrowser takes: modules
+	// and plugins to load, another session's X display, files to read.
+	"--gtk-module", "--gst-plugin-path", "--gst-plugin-load", "--display", "--session-file", "--cookies-file", "--config", "--content-filter"}
 
 // runsShapes are the endings of chromium's switches that wrap or replace a
 // process it starts: a switch of that shape is refused though no list above
 // names it yet, as Chromium adds such switches from time to time.
-var runsShapes = []string{"-cmd-prefix", "-launcher", "-library-name", "-subprocess-path", "-gdb", "-gdb-script"}
+var runsShapes = []string{"-cmd-prefix", "-launcher", "-library-name", "-subprocess-path", "-gdb", "-gdb-script", "-module", "-plugin-path", "-plugin-load"}
 
 // switchName is the name chromedriver gives argument a as Chromium's switch:
 // it trims the argument's white space and one leading "--" (an argument
@@ -112,12 +119,28 @@ func namesHostPath(arg string) bool {
 	}
 	for _, part := range strings.FieldsFunc(v, func(r rune) bool { return strings.ContainsRune(",;= \t\"'", r) }) {
 		p := strings.ToLower(part)
-		if strings.HasPrefix(p, "/") || strings.HasPrefix(p, "\\") || strings.HasPrefix(p, "file:") ||
-			p == ".." || strings.HasPrefix(p, "../") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..") {
+		if hostPath(p) || strings.HasPrefix(p, "file:") {
 			return true
+		}
+		// ':' separates the entries of GLib's, GStreamer's and the
+		// loader's path lists (--gtk-module=x:/abs/lib.so): an entry that
+		// is a path counts, but for a URL's "//" after its scheme.
+		entries := strings.Split(p, ":")
+		for i, e := range entries[1:] {
+			url := i == 0 && strings.HasPrefix(e, "//") && len(entries[0]) > 1 && strings.Trim(entries[0], "abcdefghijklmnopqrstuvwxyz0123456789+.-") == ""
+			if !url && hostPath(e) {
+				return true
+			}
 		}
 	}
 	return false
+}
+
+// hostPath reports whether p is an absolute path, or a relative one that
+// goes up ("..").
+func hostPath(p string) bool {
+	return strings.HasPrefix(p, "/") || strings.HasPrefix(p, "\\") ||
+		p == ".." || strings.HasPrefix(p, "../") || strings.Contains(p, "/../") || strings.HasSuffix(p, "/..")
 }
 
 // zoneFile reports whether a TZ value names a file, which glibc then reads
@@ -137,9 +160,10 @@ func localeFile(name, v string) bool {
 
 // envValueNamesFile reports whether a variable a client may set for a local
 // driver names a file of the host by its value: a zone file by TZ, a
-// locale's files by a locale variable.
+// locale's files by a locale variable, any path of the host by any other
+// (what an operator's "clientEnv" family admits by name is no file's).
 func envValueNamesFile(name, v string) bool {
-	return name == "TZ" && zoneFile(v) || localeFile(name, v)
+	return name == "TZ" && zoneFile(v) || localeFile(name, v) || name != "TZ" && namesHostPath(v)
 }
 
 // CheckClient refuses, before the request queues, what a client may not
@@ -179,8 +203,11 @@ func CheckClient(b config.Resolved, o webdriver.Options, caps map[string]any) er
 		}
 		for _, kv := range o.Env {
 			name, v, _ := strings.Cut(kv, "=")
-			if localeFile(name, v) {
+			switch {
+			case localeFile(name, v):
 				return &webdriver.ArgumentError{Msg: fmt.Sprintf("env %s %.100q names a file of the hub's host for %s, a local driver process; give a locale name such as \"de_DE.UTF-8\"", name, v, b)}
+			case name != "TZ" && envValueNamesFile(name, v):
+				return &webdriver.ArgumentError{Msg: fmt.Sprintf("env %s %.100q names a file of the hub's host for %s, a local driver process: a client's variables name no file of the host (docs/security.md)", name, v, b)}
 			}
 		}
 	}
