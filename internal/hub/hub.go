@@ -250,7 +250,7 @@ func New(opts Options, q *queue.Queue, conf *config.Store, ls Launchers, session
 		Rewrite:        h.rewrite,
 		Transport:      opts.Transport,
 		ErrorHandler:   h.proxyError,
-		ModifyResponse: h.lastWindow,
+		ModifyResponse: h.modifyResponse,
 		// FlushInterval stays 0: an answer of known length leaves in one
 		// write, headers and body together, when the handler returns. A
 		// negative interval would flush the headers apart from the body (a write

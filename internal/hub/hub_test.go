@@ -852,6 +852,47 @@ func TestLastWindowEndsTheSession(t *testing.T) {
 	}
 }
 
+// A driver that answers a command that it has no such session (a page
+// crash or hang ends chromedriver's and WebKitWebDriver's session, while
+// their processes live on) ends the hub's session: the client gets the
+// driver's answer, and the slot is free for the next session at once.
+func TestDriverEndedSessionFreesTheSlot(t *testing.T) {
+	l := &stubLauncher{wrap: func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasSuffix(r.URL.Path, "/crash") {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusNotFound)
+				io.WriteString(w, `{"value":{"error":"invalid session id","message":"session deleted because of page crash or hang","stacktrace":""}}`)
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}}
+	// The queue timeout bounds the wait below should the slot stay held.
+	f := newFixture(t, queue.Options{Limit: 1, Timeout: time.Minute}, Options{}, l)
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	if resp, body := f.do("GET", "/session/"+id+"/nosuch", ""); resp.StatusCode != 200 {
+		t.Fatalf("a command: %d %v", resp.StatusCode, body)
+	}
+	resp, body := f.do("POST", "/session/"+id+"/crash", "{}")
+	if code, msg := errOf(body); resp.StatusCode != 404 || code != "invalid session id" || !strings.Contains(msg, "page crash") {
+		t.Fatalf("the crash: %d %s %q, want the driver's answer", resp.StatusCode, code, msg)
+	}
+	// With -limit 1 the next session needs the first one's slot: it waits
+	// (no queue timeout) until the hub has ended the first.
+	if resp, body := f.do("POST", "/session", w3cChrome); resp.StatusCode != 200 {
+		t.Fatalf("a new session after the driver ended the first: %d %v", resp.StatusCode, body)
+	}
+	resp, body = f.do("GET", "/session/"+id+"/title", "")
+	if code, msg := errOf(body); resp.StatusCode != 404 || code != "invalid session id" || !strings.Contains(msg, "its driver ended it") {
+		t.Fatalf("a command after: %d %s %q", resp.StatusCode, code, msg)
+	}
+	if n := sample(t, f, "websummoner_sessions_ended_total", "reason", session.ReasonDriverEnded); n != 1 {
+		t.Errorf("ended_total{reason=driver_ended} = %v, want 1", n)
+	}
+}
+
 // A browser killed under a command drops the driver's connection before its
 // exit is seen (Docker's die event comes after): the command in flight is
 // answered as the next one would be, invalid session id saying the browser

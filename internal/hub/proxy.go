@@ -130,7 +130,61 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 
 type lastWindowKey struct{}
 
-// lastWindow is the proxy's ModifyResponse. It notes a Close Window that
+// modifyResponse is the proxy's ModifyResponse: it notes a driver's answer
+// that ends the session (lastWindow, driverEnded). Every answer passes on
+// unchanged.
+func (h *Hub) modifyResponse(resp *http.Response) error {
+	if resp.Request == nil {
+		return nil
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		return h.driverEnded(resp)
+	}
+	return h.lastWindow(resp)
+}
+
+// driverEnded ends the session whose driver answered a command that it has
+// no such session (chromedriver and WebKitWebDriver end theirs on a page
+// crash or hang, and live on): the slot is free at once, not at the idle
+// timeout. The end runs beside the answer, which passes on as the driver
+// gave it.
+func (h *Hub) driverEnded(resp *http.Response) error {
+	s, ok := resp.Request.Context().Value(sessionKey{}).(*session.Session)
+	if !ok {
+		return nil
+	}
+	b := peekBody(resp)
+	var v struct {
+		Value struct {
+			Error string `json:"error"`
+		} `json:"value"`
+	}
+	if json.Unmarshal(b, &v) == nil && v.Value.Error == webdriver.ErrInvalidSessionID {
+		go h.sessions.End(s, session.ReasonDriverEnded)
+	}
+	return nil
+}
+
+// peekMost bounds what modifyResponse reads of an answer before passing it
+// on: {"value":[]}, or an error with its message, with room for spaces; a
+// longer answer is read no further, and is neither.
+const peekMost = 4096
+
+// peekBody reads the start of resp's body, at most peekMost bytes, and puts
+// it back in front of the rest; nil if the body is longer or unreadable.
+func peekBody(resp *http.Response) []byte {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, peekMost))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b), resp.Body), resp.Body}
+	if err != nil || len(b) >= peekMost {
+		return nil
+	}
+	return b
+}
+
+// lastWindow notes a Close Window that
 // closed the browser's last window: a W3C driver then ends its session
 // (its answer is the empty list of the windows left), and the hub ends the
 // session too, as Grid does, rather than hold the slot until the idle
@@ -143,16 +197,11 @@ func (h *Hub) lastWindow(resp *http.Response) error {
 	if !ok {
 		return nil
 	}
-	const most = 4096 // {"value":[]} with room for spaces; a longer answer names a window
-	b, err := io.ReadAll(io.LimitReader(resp.Body, most))
-	resp.Body = struct {
-		io.Reader
-		io.Closer
-	}{io.MultiReader(bytes.NewReader(b), resp.Body), resp.Body}
+	b := peekBody(resp)
 	var v struct {
 		Value *[]json.RawMessage `json:"value"`
 	}
-	if err == nil && len(b) < most && json.Unmarshal(b, &v) == nil && v.Value != nil && len(*v.Value) == 0 {
+	if b != nil && json.Unmarshal(b, &v) == nil && v.Value != nil && len(*v.Value) == 0 {
 		*closed = true
 	}
 	return nil

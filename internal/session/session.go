@@ -31,18 +31,23 @@ const (
 	// ReasonLastWindow: the client closed the browser's last window, which
 	// ends the driver's session (W3C Close Window), as Grid ends it.
 	ReasonLastWindow = "last_window"
+	// ReasonDriverEnded: the driver answered a command that it has no such
+	// session (a page crash or hang ends chromedriver's and
+	// WebKitWebDriver's), while its process lives on.
+	ReasonDriverEnded = "driver_ended"
 )
 
-var reasons = []string{ReasonDeleted, ReasonIdle, ReasonLifetime, ReasonCrashed, ReasonClientGone, ReasonShutdown, ReasonLastWindow}
+var reasons = []string{ReasonDeleted, ReasonIdle, ReasonLifetime, ReasonCrashed, ReasonClientGone, ReasonShutdown, ReasonLastWindow, ReasonDriverEnded}
 
 var eventOf = map[string]string{
-	ReasonDeleted:    "SESSION_DELETED",
-	ReasonIdle:       "SESSION_TIMED_OUT",
-	ReasonLifetime:   "SESSION_LIFETIME_EXCEEDED",
-	ReasonCrashed:    "BROWSER_EXITED",
-	ReasonClientGone: "CLIENT_DISCONNECTED",
-	ReasonShutdown:   "SESSION_SHUTDOWN",
-	ReasonLastWindow: "SESSION_LAST_WINDOW_CLOSED",
+	ReasonDeleted:     "SESSION_DELETED",
+	ReasonIdle:        "SESSION_TIMED_OUT",
+	ReasonLifetime:    "SESSION_LIFETIME_EXCEEDED",
+	ReasonCrashed:     "BROWSER_EXITED",
+	ReasonClientGone:  "CLIENT_DISCONNECTED",
+	ReasonShutdown:    "SESSION_SHUTDOWN",
+	ReasonLastWindow:  "SESSION_LAST_WINDOW_CLOSED",
+	ReasonDriverEnded: "SESSION_ENDED_BY_DRIVER",
 }
 
 // Releaser gives back what a session holds besides its browser: its queue slot.
@@ -144,7 +149,7 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Registr
 	r := &Registry{opts: opts, log: logger, sessions: map[string]*Session{}, recent: map[string]endedRecord{}}
 	r.ended = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "websummoner_sessions_ended_total",
-		Help: "Sessions ended, by reason: deleted, timeout (idle), lifetime, crashed, client_gone, shutdown, last_window.",
+		Help: "Sessions ended, by reason: deleted, timeout (idle), lifetime, crashed, client_gone, shutdown, last_window, driver_ended.",
 	}, []string{"reason"})
 	for _, rs := range reasons {
 		r.ended.WithLabelValues(rs)
@@ -328,13 +333,14 @@ func (r *Registry) endThen(s *Session, reason string, removed func(), still func
 
 func (r *Registry) rememberLocked(id, reason string, s *Session) {
 	why := map[string]string{
-		ReasonDeleted:    "it was deleted",
-		ReasonIdle:       fmt.Sprintf("no command came for %v (the idle timeout: -timeout or sessionTimeout)", s.Idle),
-		ReasonLifetime:   fmt.Sprintf("it reached the maximum session lifetime of %v (-max-session-lifetime)", r.opts.MaxLifetime),
-		ReasonCrashed:    "the browser exited (" + s.Instance.ExitReason() + ")",
-		ReasonClientGone: "its client disconnected before the session was created",
-		ReasonShutdown:   "the hub is shutting down",
-		ReasonLastWindow: "its last window was closed",
+		ReasonDeleted:     "it was deleted",
+		ReasonIdle:        fmt.Sprintf("no command came for %v (the idle timeout: -timeout or sessionTimeout)", s.Idle),
+		ReasonLifetime:    fmt.Sprintf("it reached the maximum session lifetime of %v (-max-session-lifetime)", r.opts.MaxLifetime),
+		ReasonCrashed:     "the browser exited (" + s.Instance.ExitReason() + ")",
+		ReasonClientGone:  "its client disconnected before the session was created",
+		ReasonShutdown:    "the hub is shutting down",
+		ReasonLastWindow:  "its last window was closed",
+		ReasonDriverEnded: "its driver ended it (the browser's page crashed or hung, as the driver said to a command)",
 	}[reason]
 	r.recent[id] = endedRecord{why: why, owner: s.Owner, reason: reason}
 	r.order = append(r.order, id)
