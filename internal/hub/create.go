@@ -2,6 +2,7 @@ package hub
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -318,7 +320,16 @@ func (h *Hub) parsed(c *creation) {
 func (h *Hub) resolve(c *creation) error {
 	browsers := h.conf.Browsers()
 	var firstErr error
-	for _, cand := range c.cands {
+	// firstMatch entries in order, as W3C tries them, but an entry asking
+	// for a platform other than Linux only after every other: the driver
+	// would refuse it where a later entry (Windows, then Linux) matches. An
+	// image for another platform (an Android one, by deviceName) is still
+	// found when no entry is Linux's.
+	cands := slices.Clone(c.cands)
+	slices.SortStableFunc(cands, func(a, b webdriver.Candidate) int {
+		return cmp.Compare(b2i(a.OtherPlatform()), b2i(b.OtherPlatform()))
+	})
+	for _, cand := range cands {
 		if cand.Browser == "" {
 			if firstErr == nil {
 				firstErr = &config.NotFoundError{Msg: "no browserName (or deviceName) in the capabilities; configured: " + browsers.Describe()}
@@ -345,6 +356,13 @@ func (h *Hub) resolve(c *creation) error {
 		return &noLauncherError{c.browser}
 	}
 	return nil
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // check fails at once, before a slot is taken or a request queues, when the

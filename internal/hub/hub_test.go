@@ -370,6 +370,23 @@ func TestDriverBodyIsCleaned(t *testing.T) {
 	f.do("DELETE", "/session/"+body["value"].(map[string]any)["sessionId"].(string), "")
 }
 
+// firstMatch entries are tried in order, but one for a platform other than
+// Linux, where the hub's browsers run, after the rest, as a W3C remote end
+// passes over it: the driver gets the Linux entry, not a Windows one it
+// would refuse.
+func TestFirstMatchPassesOverOtherPlatforms(t *testing.T) {
+	l := &stubLauncher{bodies: make(chan []byte, 1)}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	resp, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome"},"firstMatch":[{"platformName":"windows","acceptInsecureCerts":true},{"platformName":"linux"}]}}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %v", resp.StatusCode, body)
+	}
+	if got := string(<-l.bodies); !strings.Contains(got, `"linux"`) || strings.Contains(got, "windows") {
+		t.Errorf("the driver was asked for %s, want the Linux entry", got)
+	}
+	f.do("DELETE", "/session/"+body["value"].(map[string]any)["sessionId"].(string), "")
+}
+
 func TestRetryCountAndStartFailures(t *testing.T) {
 	l := &stubLauncher{}
 	l.failStarts.Store(1)

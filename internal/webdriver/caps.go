@@ -166,6 +166,16 @@ func (c Candidate) Caps() map[string]any {
 	return m
 }
 
+// OtherPlatform reports whether the candidate asks for a platformName other
+// than Linux, where the hub's browsers run: a W3C remote end would pass on to
+// the next firstMatch entry (Windows, then Linux). "any" and none match.
+func (c Candidate) OtherPlatform() bool {
+	p, _ := c.lookup("platformName")
+	s, _ := p.(string)
+	s = strings.ToLower(s)
+	return s != "" && s != "linux" && s != "any"
+}
+
 // lookup finds a capability in the candidate without merging.
 func (c Candidate) lookup(k string) (any, bool) {
 	if v, ok := c.first[k]; ok {
