@@ -1,7 +1,14 @@
 package process
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/websummoner/websummoner/internal/webdriver"
@@ -15,6 +22,48 @@ func TestDisplayCommand(t *testing.T) {
 		got := displayCommand(webdriver.Options{ScreenResolution: asked})
 		if !slices.Equal(got, []string{"xvfb-run", "-a", "-s", want}) {
 			t.Errorf("screen %q: %q", asked, got)
+		}
+	}
+}
+
+// A "display" session's end leaves no X display behind: xvfb-run does not
+// wait for its Xvfb, which gets SIGTERM and the moment it takes to remove its
+// /tmp/.X<n>-lock and socket, not SIGKILL, after which they stayed for good.
+func TestDisplaySessionLeavesNoLock(t *testing.T) {
+	if _, err := exec.LookPath("xvfb-run"); err != nil {
+		t.Skip("no xvfb-run: make test-deps installs it")
+	}
+	l := newLauncher(t, Options{})
+	r := req()
+	r.Browser.Browser.Display = true
+	inst, err := l.Start(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := func(v string) bool { return strings.HasPrefix(v, l.markerPrefix()) }
+	var lock string
+	for _, p := range MarkedPIDs(mine) {
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p)); strings.TrimSpace(string(comm)) != "Xvfb" {
+			continue
+		}
+		locks, _ := filepath.Glob("/tmp/.X*-lock")
+		for _, f := range locks {
+			if b, _ := os.ReadFile(f); strings.TrimSpace(string(b)) == strconv.Itoa(p) {
+				lock = f
+			}
+		}
+	}
+	if lock == "" {
+		t.Fatal("no X display lock of the session's Xvfb")
+	}
+	socket := "/tmp/.X11-unix/X" + strings.TrimSuffix(strings.TrimPrefix(filepath.Base(lock), ".X"), "-lock")
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{lock, socket} {
+		if _, err := os.Lstat(f); err == nil {
+			os.Remove(f)
+			t.Errorf("%s left after the session", f)
 		}
 	}
 }

@@ -538,6 +538,11 @@ func (i *instance) Stop(ctx context.Context) error {
 		case <-grace.C:
 		}
 		grace.Stop()
+		// What is left of the group gets SIGTERM and a moment to exit as it
+		// would: xvfb-run does not wait for its Xvfb, which removes its
+		// /tmp/.X<n>-lock and socket on SIGTERM and leaves them for good
+		// on SIGKILL.
+		termGroup(pgid, min(time.Second, i.l.opts.StopTimeout))
 		// The session's processes, found from the driver's tree and this
 		// process's children only (it is their subreaper): what else runs on
 		// the machine costs nothing here.
