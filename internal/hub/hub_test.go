@@ -897,7 +897,7 @@ func TestDriverEndedSessionFreesTheSlot(t *testing.T) {
 		t.Fatalf("the crash: %d %s %q, want the driver's answer", resp.StatusCode, code, msg)
 	}
 	// With -limit 1 the next session needs the first one's slot: it waits
-	// (no queue timeout) until the hub has ended the first.
+	// until the hub has ended the first.
 	if resp, body := f.do("POST", "/session", w3cChrome); resp.StatusCode != 200 {
 		t.Fatalf("a new session after the driver ended the first: %d %v", resp.StatusCode, body)
 	}
