@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
 )
 
@@ -232,8 +234,10 @@ func fdsHold(dir string, want []byte) bool {
 }
 
 // checkListener says whether the driver's port is its driver's: errPortTaken
-// when another program listens there (or nothing does any more). When the
-// kernel cannot be asked, it trusts the poll and says so once in the log.
+// when another program listens there; launcher.ErrExited when nothing does
+// any more (the driver, or the process under its wrapper such as xvfb-run,
+// died after it answered). When the kernel cannot be asked, it trusts the
+// poll and says so once in the log.
 func (l *Launcher) checkListener(id string, inst *instance) error {
 	inode, ok, err := l.diag.listener(inst.port)
 	if err != nil {
@@ -243,7 +247,10 @@ func (l *Launcher) checkListener(id string, inst *instance) error {
 		})
 		return nil
 	}
-	if !ok || !holdsSocket(inst.pid, inode) {
+	if !ok {
+		return fmt.Errorf("%w: nothing listens on its port any more", launcher.ErrExited)
+	}
+	if !holdsSocket(inst.pid, inode) {
 		return errPortTaken
 	}
 	return nil

@@ -3,6 +3,7 @@ package process
 import (
 	"bufio"
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/netip"
@@ -335,4 +336,25 @@ func loopbackPort(tb testing.TB) int {
 	}
 	tb.Cleanup(func() { ln.Close() })
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// A driver's port that nothing listens on any more (the driver, or the
+// process under a wrapper such as xvfb-run, died after it answered) is the
+// driver's exit, not a port another program took; another program's
+// listener is.
+func TestCheckListenerTellsAnExitFromATakenPort(t *testing.T) {
+	l := newLauncher(t, Options{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	if err := l.checkListener("t", &instance{pid: os.Getpid(), port: gone}); !errors.Is(err, launcher.ErrExited) || errors.Is(err, errPortTaken) {
+		t.Errorf("nothing listening: %v, want the driver's exit", err)
+	}
+	_, other := listeningStub(t)
+	if err := l.checkListener("t", &instance{pid: os.Getpid(), port: other}); !errors.Is(err, errPortTaken) {
+		t.Errorf("another program's listener: %v, want errPortTaken", err)
+	}
 }
