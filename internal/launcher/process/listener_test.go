@@ -344,17 +344,22 @@ func loopbackPort(tb testing.TB) int {
 // listener is.
 func TestCheckListenerTellsAnExitFromATakenPort(t *testing.T) {
 	l := newLauncher(t, Options{})
+	driver, own := listeningStub(t)
+	_, other := listeningStub(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	gone := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	if err := l.checkListener("t", &instance{pid: os.Getpid(), port: gone}); !errors.Is(err, launcher.ErrExited) || errors.Is(err, errPortTaken) {
+	pid := driver.Process.Pid
+	if err := l.checkListener("t", &instance{pid: pid, port: own}); err != nil {
+		t.Errorf("the driver's own listener: %v", err)
+	}
+	if err := l.checkListener("t", &instance{pid: pid, port: gone}); !errors.Is(err, launcher.ErrExited) || errors.Is(err, errPortTaken) {
 		t.Errorf("nothing listening: %v, want the driver's exit", err)
 	}
-	_, other := listeningStub(t)
-	if err := l.checkListener("t", &instance{pid: os.Getpid(), port: other}); !errors.Is(err, errPortTaken) {
+	if err := l.checkListener("t", &instance{pid: pid, port: other}); !errors.Is(err, errPortTaken) {
 		t.Errorf("another program's listener: %v, want errPortTaken", err)
 	}
 }
