@@ -321,10 +321,8 @@ func (h *Hub) resolve(c *creation) error {
 	browsers := h.conf.Browsers()
 	var firstErr error
 	// firstMatch entries in order, as W3C tries them, but an entry asking
-	// for a platform other than Linux only after every other: the driver
-	// would refuse it where a later entry (Windows, then Linux) matches. An
-	// image for another platform (an Android one, by deviceName) is still
-	// found when no entry is Linux's.
+	// for a desktop platform other than Linux (Windows, macOS) only after
+	// every other: the driver would refuse it where a later entry matches.
 	cands := slices.Clone(c.cands)
 	slices.SortStableFunc(cands, func(a, b webdriver.Candidate) int {
 		return cmp.Compare(b2i(a.OtherPlatform()), b2i(b.OtherPlatform()))

@@ -908,6 +908,10 @@ func TestDriverEndedSessionFreesTheSlot(t *testing.T) {
 	if n := sample(t, f, "websummoner_sessions_ended_total", "reason", session.ReasonDriverEnded); n != 1 {
 		t.Errorf("ended_total{reason=driver_ended} = %v, want 1", n)
 	}
+	// driver.quit() in teardown code, after the crash: done, not an error.
+	if resp, body := f.do("DELETE", "/session/"+id, ""); resp.StatusCode != 200 || body["value"] != nil {
+		t.Fatalf("DELETE after the driver ended the session: %d %v, want 200 and null", resp.StatusCode, body)
+	}
 }
 
 // A browser killed under a command drops the driver's connection before its

@@ -245,9 +245,11 @@ const maxDeleteAnswer = 1 << 20
 // deleteSession forwards DELETE to the driver, then ends the session: browser
 // stopped, slot released, whatever the driver answered, however it broke off.
 func (h *Hub) deleteSession(w http.ResponseWriter, r *http.Request) {
-	if reason, owner, ok := h.sessions.EndedReason(pathID(r)); ok && reason == session.ReasonLastWindow && h.mayKnow(r, owner) {
+	if reason, owner, ok := h.sessions.EndedReason(pathID(r)); ok && (reason == session.ReasonLastWindow || reason == session.ReasonDriverEnded) && h.mayKnow(r, owner) {
 		// driver.close() then driver.quit(), common in teardown code: the
-		// session ended with its last window, and quitting it is done.
+		// session ended with its last window, and quitting it is done; so
+		// for a session its driver ended (a page crash), whose quit the
+		// driver itself would have refused and the hub answered 200.
 		writeJSON(w, http.StatusOK, map[string]any{"value": nil})
 		return
 	}

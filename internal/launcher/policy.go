@@ -2,6 +2,7 @@ package launcher
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -24,7 +25,10 @@ var neverClientEnv = []string{
 	// Modules, plugins and files GTK, GDK and GStreamer load by name
 	// (GTK_IM_MODULE_FILE, GDK_PIXBUF_MODULEDIR, GTK_EXE_PREFIX), and
 	// WebKit's remote inspector, which any local process could then drive.
-	"*MODULE", "*MODULES", "*MODULE_FILE", "*MODULEDIR", "*_PREFIX", "*FILE", "*DIR", "WEBKIT_INSPECTOR*",
+	// Vulkan's and EGL's loader lists name JSON files that load a library;
+	// an X or Wayland display is another session's screen.
+	"*MODULE", "*MODULES", "*MODULE_FILE", "*MODULEDIR", "*_PREFIX", "*FILE", "*FILES", "*FILENAMES", "*DIR", "*DIRS",
+	"WEBKIT_INSPECTOR*", "DISPLAY", "XAUTHORITY", "WAYLAND_DISPLAY",
 }
 
 // envMatch reports whether name matches one of patterns ("X_*" a prefix, "*X" a
@@ -117,23 +121,50 @@ func namesHostPath(arg string) bool {
 			return false
 		}
 	}
-	for _, part := range strings.FieldsFunc(v, func(r rune) bool { return strings.ContainsRune(",;= \t\"'", r) }) {
+	return valueNamesHostPath(v)
+}
+
+// valueNamesHostPath is namesHostPath's rule on a value: any part of it,
+// split where lists and quoting split it, that is a path of the host.
+func valueNamesHostPath(v string) bool {
+	for _, part := range strings.FieldsFunc(v, func(r rune) bool { return strings.ContainsRune(",;= \t\"'|()<>", r) }) {
 		p := strings.ToLower(part)
-		if hostPath(p) || strings.HasPrefix(p, "file:") {
+		if strings.HasPrefix(p, "file:") {
 			return true
 		}
 		// ':' separates the entries of GLib's, GStreamer's and the
 		// loader's path lists (--gtk-module=x:/abs/lib.so): an entry that
 		// is a path counts, but for a URL's "//" after its scheme.
 		entries := strings.Split(p, ":")
-		for i, e := range entries[1:] {
-			url := i == 0 && strings.HasPrefix(e, "//") && len(entries[0]) > 1 && strings.Trim(entries[0], "abcdefghijklmnopqrstuvwxyz0123456789+.-") == ""
-			if !url && hostPath(e) {
+		for i, e := range entries {
+			if hostPath(e) && !(i > 0 && strings.HasPrefix(e, "//") && endsInScheme(entries[i-1])) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// endsInScheme reports whether s ends in what a URL's scheme could be, of
+// two characters or more ("http", "socks5", "+http" in a user agent's
+// "(+http://…)"): a letter, then letters, digits, '+', '.' or '-'.
+func endsInScheme(s string) bool {
+	i := len(s)
+	for i > 0 && strings.IndexByte("abcdefghijklmnopqrstuvwxyz0123456789+.-", s[i-1]) >= 0 {
+		i--
+	}
+	scheme := strings.TrimLeft(s[i:], "0123456789+.-")
+	return len(scheme) >= 2
+}
+
+// envValueNamesHostPath is valueNamesHostPath for a variable's value, but
+// for a URL of a host (APP_URL=http://app.test/?next=/login), which names
+// no file of this one.
+func envValueNamesHostPath(v string) bool {
+	if u, err := url.Parse(v); err == nil && len(u.Scheme) > 1 && u.Scheme != "file" && u.Host != "" && !strings.ContainsAny(v, ",; |") {
+		return false
+	}
+	return valueNamesHostPath(v)
 }
 
 // hostPath reports whether p is an absolute path, or a relative one that
@@ -163,7 +194,7 @@ func localeFile(name, v string) bool {
 // locale's files by a locale variable, any path of the host by any other
 // (what an operator's "clientEnv" family admits by name is no file's).
 func envValueNamesFile(name, v string) bool {
-	return name == "TZ" && zoneFile(v) || localeFile(name, v) || name != "TZ" && namesHostPath(v)
+	return name == "TZ" && zoneFile(v) || localeFile(name, v) || name != "TZ" && envValueNamesHostPath(v)
 }
 
 // CheckClient refuses, before the request queues, what a client may not

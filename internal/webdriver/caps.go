@@ -166,14 +166,15 @@ func (c Candidate) Caps() map[string]any {
 	return m
 }
 
-// OtherPlatform reports whether the candidate asks for a platformName other
-// than Linux, where the hub's browsers run: a W3C remote end would pass on to
-// the next firstMatch entry (Windows, then Linux). "any" and none match.
+// OtherPlatform reports whether the candidate asks for a desktop platform
+// other than Linux, where the hub's browsers run (Windows, macOS): a W3C
+// remote end would pass on to the next firstMatch entry. A mobile platform
+// (an operator's Android image, by deviceName) is not passed over.
 func (c Candidate) OtherPlatform() bool {
 	p, _ := c.lookup("platformName")
 	s, _ := p.(string)
 	s = strings.ToLower(s)
-	return s != "" && s != "linux" && s != "any"
+	return strings.HasPrefix(s, "win") || strings.HasPrefix(s, "mac") || s == "os x" || s == "darwin" || s == "xp" || s == "vista"
 }
 
 // lookup finds a capability in the candidate without merging.

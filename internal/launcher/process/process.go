@@ -236,9 +236,10 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 		endpoints: launcher.Endpoints{
 			Driver: &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(port), Path: r.Browser.Path},
 		},
-		tail:  &tailBuffer{max: 4096},
-		log:   launcher.NewBroadcast(),
-		rOpts: r.Options,
+		tail:    &tailBuffer{max: 4096},
+		log:     launcher.NewBroadcast(),
+		display: r.Browser.Display,
+		rOpts:   r.Options,
 	}
 	inst.endpoints.Log = inst.log
 	downloads, err := l.downloadDir(token)
@@ -458,6 +459,9 @@ type instance struct {
 	reason   string
 	stopOnce sync.Once
 	stopErr  error
+	// display: the driver runs under xvfb-run (a "display" entry), whose
+	// Xvfb is given SIGTERM before SIGKILL at the end.
+	display bool
 }
 
 func (i *instance) wait() {
@@ -538,11 +542,13 @@ func (i *instance) Stop(ctx context.Context) error {
 		case <-grace.C:
 		}
 		grace.Stop()
-		// What is left of the group gets SIGTERM and a moment to exit as it
+		// A display session's group gets SIGTERM and a moment to exit as it
 		// would: xvfb-run does not wait for its Xvfb, which removes its
 		// /tmp/.X<n>-lock and socket on SIGTERM and leaves them for good
-		// on SIGKILL.
-		termGroup(pgid, min(time.Second, i.l.opts.StopTimeout))
+		// on SIGKILL. Other sessions' browsers are killed at once.
+		if i.display {
+			termGroup(ctx, pgid, min(time.Second, i.l.opts.StopTimeout))
+		}
 		// The session's processes, found from the driver's tree and this
 		// process's children only (it is their subreaper): what else runs on
 		// the machine costs nothing here.

@@ -2,6 +2,7 @@ package process
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"strconv"
 	"strings"
@@ -161,18 +162,18 @@ func reapOrphans() {
 }
 
 // termGroup sends SIGTERM to what is left of the process group pgid (whose
-// leader, the driver, is its wait goroutine's to reap) and waits up to d
-// for it to be gone; reapSession kills what stays. A member that has exited
+// leader, the driver, is its wait goroutine's to reap) and waits up to d,
+// while ctx lasts, for it to be gone; reapSession kills what stays. A member that has exited
 // and was reparented here is reaped on the way, or the group would seem
 // alive for the whole of d.
-func termGroup(pgid int, d time.Duration) {
+func termGroup(ctx context.Context, pgid int, d time.Duration) {
 	if syscall.Kill(-pgid, syscall.SIGTERM) != nil {
 		return // no process left in the group
 	}
 	self := os.Getpid()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	for deadline := time.Now().Add(d); time.Now().Before(deadline); <-tick.C {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline) && ctx.Err() == nil; <-tick.C {
 		for _, c := range childrenOf(self) {
 			if st, ok := statOf(c); ok && c != pgid && st.pgid == pgid && st.state == 'Z' {
 				var ws syscall.WaitStatus
