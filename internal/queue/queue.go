@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -423,7 +422,7 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 	// maxSessions) is this request's at once, if its own tenant may run:
 	// a tenant at its quota holds no other tenant back, nor fills the queue
 	// against it.
-	if q.inUse < q.opts.Limit && !q.runnableWaiterLocked() && q.mayRunLocked(t) && q.tryStartLocked(r.cost()) {
+	if q.inUse < q.opts.Limit && q.runnableWaitersLocked() == 0 && q.mayRunLocked(t) && q.tryStartLocked(r.cost()) {
 		q.inUse++
 		t.admitLocked()
 		q.lastFast = now
@@ -459,12 +458,6 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 		out.Budget = q.opts.KeepingUpBudget
 	}
 	return q.queueLocked(ctx, r, now, out)
-}
-
-// runnableWaiterLocked reports whether a waiter may take a slot once one is
-// free: its tenant runs fewer than its maxSessions.
-func (q *Queue) runnableWaiterLocked() bool {
-	return slices.ContainsFunc(q.backlog, q.mayRunLocked)
 }
 
 // runnableWaitersLocked counts the waiters that may take a slot once one is
@@ -556,7 +549,7 @@ func (q *Queue) Spare(cost int) *Slot {
 	cost = max(cost, 1)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.closed || q.inUse >= q.opts.Limit || q.runnableWaiterLocked() || q.releasing > 0 {
+	if q.closed || q.inUse >= q.opts.Limit || q.runnableWaitersLocked() > 0 || q.releasing > 0 {
 		return nil
 	}
 	if g := q.opts.Gate; g != nil && !trySpare(g, cost) {
