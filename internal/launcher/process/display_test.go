@@ -10,7 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
@@ -38,7 +40,9 @@ func TestDisplaySessionLeavesNoLock(t *testing.T) {
 		}
 		t.Skip("no xvfb-run (scripts/deps.sh test installs it):", err)
 	}
-	l := newLauncher(t, Options{})
+	// Xvfb's own exit is waited for up to the stop timeout: a long one, so
+	// that a loaded machine's slow exit is not taken for a lock left.
+	l := newLauncher(t, Options{Options: launcher.Options{StopTimeout: time.Minute}})
 	r := req()
 	r.Browser.Browser.Display = true
 	inst, err := l.Start(context.Background(), r)

@@ -545,9 +545,11 @@ func (i *instance) Stop(ctx context.Context) error {
 		// A display session's group gets SIGTERM and a moment to exit as it
 		// would: xvfb-run does not wait for its Xvfb, which removes its
 		// /tmp/.X<n>-lock and socket on SIGTERM and leaves them for good
-		// on SIGKILL. Other sessions' browsers are killed at once.
+		// on SIGKILL; it is bounded as the driver's own exit is, and ends
+		// as soon as the group is gone. Other sessions' browsers are killed
+		// at once.
 		if i.display {
-			termGroup(ctx, pgid, min(time.Second, i.l.opts.StopTimeout))
+			termGroup(ctx, pgid, i.l.opts.StopTimeout)
 		}
 		// The session's processes, found from the driver's tree and this
 		// process's children only (it is their subreaper): what else runs on
