@@ -397,6 +397,9 @@ func (s *Server) bodyDeadline(h http.Handler) http.Handler {
 		b.RestartTimeout()
 		r.Body = b
 		h.ServeHTTP(w, r)
+		b.mu.Lock()
+		b.returned = true
+		b.mu.Unlock()
 	})
 }
 
@@ -422,6 +425,21 @@ type deadlineBody struct {
 	once sync.Once
 	// ended: the body's watch is over (done); the clock is not started again.
 	ended atomic.Bool
+
+	// mu orders deadlines with the handler's return: the body may be read
+	// to its end after it (a Transport still writing it to a driver), and
+	// HTTP/2 lets the stream's writer go then.
+	mu       sync.Mutex
+	returned bool
+}
+
+// setDeadline sets the body's read deadline while its handler runs.
+func (b *deadlineBody) setDeadline(t time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.returned {
+		_ = b.rc.SetReadDeadline(t)
+	}
 }
 
 // PauseTimeout stops the body's clock, for a handler that makes the body
@@ -433,7 +451,7 @@ func (b *deadlineBody) PauseTimeout() {
 	if b.ended.Load() {
 		return
 	}
-	_ = b.rc.SetReadDeadline(time.Time{})
+	b.setDeadline(time.Time{})
 	b.s.setReading(b.info, false) // waiting, not trickling: not shed as a slow body
 }
 
@@ -448,7 +466,7 @@ func (b *deadlineBody) RestartTimeout() {
 	if b.ended.Load() {
 		return
 	}
-	_ = b.rc.SetReadDeadline(time.Now().Add(b.s.opts.BodyTimeout))
+	b.setDeadline(time.Now().Add(b.s.opts.BodyTimeout))
 	b.s.setReading(b.info, true)
 }
 
@@ -461,7 +479,7 @@ func (b *deadlineBody) done(whole bool) {
 	b.ended.Store(true)
 	b.s.setReading(b.info, false)
 	if whole {
-		_ = b.rc.SetReadDeadline(time.Time{})
+		b.setDeadline(time.Time{})
 	}
 }
 

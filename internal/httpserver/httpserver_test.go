@@ -397,3 +397,34 @@ func TestReholdServesTheNextRequest(t *testing.T) {
 		t.Fatalf("a request of another server got a Rehold (answered %q)", b)
 	}
 }
+
+// A body read to its end after its handler returned (a Transport still
+// writing it to a driver that answered early) sets no deadline then: over
+// HTTP/2 the stream's writer is gone, and the deadline crashed the server.
+func TestBodyEndAfterTheHandlerOverHTTP2(t *testing.T) {
+	cert, key, pool := selfSigned(t, t.TempDir())
+	bodies := make(chan io.Reader, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		bodies <- r.Body
+		fmt.Fprint(w, "early")
+	})
+	_, addr := serve(t, Options{TLSCert: cert, TLSKey: key}, h)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
+	for range 10 {
+		r, err := client.Post("https://"+addr+"/", "text/plain", strings.NewReader("body"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, r.Body) // the whole answer: the handler has returned
+		r.Body.Close()
+		if r.ProtoMajor != 2 {
+			t.Fatalf("%s, want HTTP/2", r.Proto)
+		}
+		io.ReadAll(<-bodies) // its result is net/http's; the server must outlive it
+	}
+	r, err := client.Get("https://" + addr + "/")
+	if err != nil {
+		t.Fatalf("after the late reads: %v", err)
+	}
+	r.Body.Close()
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/net/websocket"
@@ -86,8 +87,7 @@ func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {
 			// An ended follow unblocks Follow's write to a viewer that has
 			// stopped reading (Close would wait for that write's lock); one
 			// that reads gets the rest and the close frame within the grace.
-			stop := context.AfterFunc(ctx, func() { _ = c.SetWriteDeadline(time.Now().Add(sideChannelCloseGrace)) })
-			defer stop()
+			defer whileServing(ctx, func() { _ = c.SetWriteDeadline(time.Now().Add(sideChannelCloseGrace)) })()
 			_ = src.Follow(ctx, c)
 			c.Close()
 		}}.ServeHTTP(w, r)
@@ -108,9 +108,31 @@ func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {
 	_ = rc.Flush()
 	// An ended follow unblocks a write to a viewer that has stopped reading;
 	// one that reads gets the stream's end within the grace.
-	stop := context.AfterFunc(ctx, func() { _ = rc.SetWriteDeadline(time.Now().Add(sideChannelCloseGrace)) })
-	defer stop()
+	defer whileServing(ctx, func() { _ = rc.SetWriteDeadline(time.Now().Add(sideChannelCloseGrace)) })()
 	_ = src.Follow(ctx, flushWriter{w})
+}
+
+// whileServing runs f when ctx ends, if that is before the returned stop is
+// called; stop waits for an f already running. A handler defers stop, so f
+// never touches its ResponseWriter after it returned: HTTP/2 lets a
+// stream's writer go then, and a deadline set on it from context.AfterFunc
+// alone, when a client reset the stream, crashed the hub.
+func whileServing(ctx context.Context, f func()) (stop func()) {
+	var mu sync.Mutex
+	returned := false
+	stopAfter := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !returned {
+			f()
+		}
+	})
+	return func() {
+		stopAfter()
+		mu.Lock()
+		returned = true
+		mu.Unlock()
+	}
 }
 
 // sideChannelCloseGrace is how long a live log or VNC socket that has ended

@@ -1,9 +1,11 @@
 package hub
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -80,4 +82,40 @@ func TestSessionLogs(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "old-session.log")); err == nil {
 		t.Fatal("not deleted")
 	}
+}
+
+// A live log followed over HTTP/2 and reset by its viewer: the stream's
+// writer is let go when the handler returns, and a deadline set on it after
+// that, from the viewer's departure, crashed the whole hub (a nil pointer in
+// net/http's HTTP/2 writer). Each round resets one stream; the hub must
+// still answer after them all.
+func TestLiveLogResetOverHTTP2(t *testing.T) {
+	out := launcher.NewBroadcast()
+	l := &stubLauncher{sides: func(e *launcher.Endpoints) { e.Log = out }}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	srv := httptest.NewUnstartedServer(f.hub)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	client := srv.Client()
+	for i := range 20 {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/logs/"+id, nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.ProtoMajor != 2 || resp.StatusCode != 200 {
+			t.Fatalf("round %d: %s %d, want HTTP/2 200", i, resp.Proto, resp.StatusCode)
+		}
+		out.Write([]byte("line\n"))
+		cancel() // RST_STREAM
+		resp.Body.Close()
+	}
+	if resp, _ := f.do("GET", "/status", ""); resp.StatusCode != 200 {
+		t.Fatalf("status after the resets: %d", resp.StatusCode)
+	}
+	f.do("DELETE", "/session/"+id, "")
 }
