@@ -72,6 +72,8 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 			return
 		}
 		defer sent()
+	} else if r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody && !sizeBody(w, r) {
+		return
 	}
 	s, ok := h.beginID(w, r, id)
 	if !ok {
@@ -129,6 +131,36 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 }
 
 type lastWindowKey struct{}
+
+// maxUnsizedCommand bounds a command body sent without its length (chunked,
+// or HTTP/2 without Content-Length). Drivers take bodies of known length
+// only (chromedriver drops a chunked one unanswered), so the hub reads such
+// a body whole first; it holds it as it holds a new-session body's free part.
+const maxUnsizedCommand = freeBody
+
+// sizeBody reads a command body of unknown length whole and gives the
+// request its length, before the session is held (a slow body is bounded
+// by -body-read-timeout). It reports whether the request may go on; if not,
+// it has answered.
+func sizeBody(w http.ResponseWriter, r *http.Request) bool {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxUnsizedCommand+1))
+	_ = r.Body.Close()
+	switch {
+	case err != nil:
+		if r.Context().Err() == nil {
+			webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument,
+				fmt.Sprintf("the body of %s %s broke off: %v; send it whole", r.Method, r.URL.Path, err))
+		}
+		return false
+	case len(body) > maxUnsizedCommand:
+		webdriver.WriteError(w, http.StatusRequestEntityTooLarge, webdriver.ErrInvalidArgument,
+			fmt.Sprintf("%s %s came without Content-Length (chunked) and is over %d KiB: the hub reads such a body whole to tell the driver its length, up to that bound; send it with Content-Length", r.Method, r.URL.Path, maxUnsizedCommand>>10))
+		return false
+	}
+	r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(bytes.NewReader(body)), int64(len(body)), nil
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	return true
+}
 
 // modifyResponse is the proxy's ModifyResponse: it notes a driver's answer
 // that ends the session (lastWindow, driverEnded). Every answer passes on

@@ -182,7 +182,8 @@ func (h *Hub) checkUpload(w http.ResponseWriter, r *http.Request, sent func()) (
 		return nil, false
 	}
 	b := &sentBody{data: body, sent: sent}
-	r.Body, r.ContentLength, r.GetBody = b.reader(), int64(len(body)), b.again
+	// Sent with its length, chunked or not as it came: drivers drop chunked bodies.
+	r.Body, r.ContentLength, r.GetBody, r.TransferEncoding = b.reader(), int64(len(body)), b.again, nil
 	return b, true
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/flate"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -372,4 +373,78 @@ func TestUploadBudgetReturnsWhenWritten(t *testing.T) {
 			t.Errorf("an upload answered %d", code)
 		}
 	}
+}
+
+// A body sent without its length (chunked over HTTP/1.1, or HTTP/2 without
+// Content-Length) reaches the driver with its length: chromedriver drops a
+// chunked request unanswered, which the client saw as a 500. A command's is
+// read whole up to maxUnsizedCommand, then refused with a W3C 413; an
+// upload's, checked whole anyway, is sent on with the length it has.
+func TestUnsizedBodiesReachTheDriverSized(t *testing.T) {
+	type got struct {
+		path string
+		cl   int64
+		body string
+	}
+	reached := make(chan got, 4)
+	l := &stubLauncher{wrap: func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodPost || !strings.Contains(r.URL.Path, "/session/") {
+				h.ServeHTTP(w, r)
+				return
+			}
+			if len(r.TransferEncoding) > 0 || r.ContentLength < 0 { // as chromedriver: no answer
+				c, _, _ := http.NewResponseController(w).Hijack()
+				c.Close()
+				return
+			}
+			b, _ := io.ReadAll(r.Body)
+			reached <- got{r.URL.Path, r.ContentLength, string(b)}
+			fmt.Fprint(w, `{"value":null}`)
+		})
+	}}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	chunked := func(path, body string) (*http.Response, map[string]any) {
+		// A reader of unknown length: Go's client sends it chunked.
+		req, _ := http.NewRequest("POST", f.srv.URL+path, io.MultiReader(strings.NewReader(body)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var v map[string]any
+		json.NewDecoder(resp.Body).Decode(&v)
+		return resp, v
+	}
+	cmd := `{"url":"http://127.0.0.1/"}`
+	if resp, v := chunked("/session/"+id+"/url", cmd); resp.StatusCode != 200 {
+		t.Fatalf("chunked command: %d %v", resp.StatusCode, v)
+	}
+	if g := <-reached; g.cl != int64(len(cmd)) || g.body != cmd {
+		t.Fatalf("the driver got %+v, want the body with its length %d", g, len(cmd))
+	}
+	up := uploadBody(zipOf(t, map[string][]byte{"a.txt": []byte("a")}))
+	if resp, v := chunked("/session/"+id+"/se/file", up); resp.StatusCode != 200 {
+		t.Fatalf("chunked upload: %d %v", resp.StatusCode, v)
+	}
+	if g := <-reached; !strings.HasSuffix(g.path, "/file") || g.cl != int64(len(up)) {
+		t.Fatalf("the driver got %+v, want the upload with its length %d", g, len(up))
+	}
+	big := `{"script":"return 1","args":["` + strings.Repeat("x", 64<<10) + `"]}`
+	resp, v := chunked("/session/"+id+"/execute/sync", big)
+	if e, m := errOf(v); resp.StatusCode != http.StatusRequestEntityTooLarge || e != "invalid argument" || !strings.Contains(m, "Content-Length") {
+		t.Fatalf("chunked command over the bound: %d %v", resp.StatusCode, v)
+	}
+	select {
+	case g := <-reached:
+		t.Fatalf("the refused command reached the driver: %s", g.path)
+	default:
+	}
+	if resp, v := f.do("POST", "/session/"+id+"/execute/sync", big); resp.StatusCode != 200 {
+		t.Fatalf("the same body with its length: %d %v", resp.StatusCode, v)
+	}
+	<-reached
+	f.do("DELETE", "/session/"+id, "")
 }
