@@ -188,6 +188,11 @@ func (i *instance) keepLog(ctx context.Context) error {
 func (i *instance) Stop(ctx context.Context) error {
 	i.stop.Do(func() {
 		i.stopping.Store(true)
+		// What is kept of the session (its video, its log) comes out of its
+		// pod within -session-delete-timeout: the browser's container is
+		// the client's, and what runs there could hold the slot for ever.
+		keep, cancel := context.WithTimeout(ctx, i.l.opts.StopTimeout)
+		defer cancel()
 		video := make(chan struct{})
 		go func() {
 			defer close(video)
@@ -196,11 +201,12 @@ func (i *instance) Stop(ctx context.Context) error {
 			}
 			// While the browser still runs: its screen is what is recorded,
 			// and its container is the way the file comes out.
-			name, err := i.finishVideo(ctx)
+			name, err := i.finishVideo(keep)
 			launcher.LogVideo(i.l.log, i.requestID, name, err)
 		}()
-		logErr := i.keepLog(ctx)
+		logErr := i.keepLog(keep)
 		<-video
+		cancel()
 		i.stopErr = errors.Join(logErr, i.remove(ctx))
 	})
 	return i.stopErr

@@ -400,6 +400,9 @@ func TestPrepareSweepsThisInstancesPods(t *testing.T) {
 type fakeExec struct {
 	client *fake.Clientset
 	cmds   chan []string
+	// hang makes "cat" send one part, then nothing until its context ends:
+	// a client's own program in its container, in cat's place.
+	hang bool
 }
 
 func (f *fakeExec) Exec(ctx context.Context, ns, pod, container string, cmd []string, stdout io.Writer) error {
@@ -415,7 +418,41 @@ func (f *fakeExec) Exec(ctx context.Context, ns, pod, container string, cmd []st
 		return err
 	}
 	_, err := io.WriteString(stdout, "the recording")
+	if f.hang {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	return err
+}
+
+// A video read out of the browser's container, which is the client's, ends
+// within -session-delete-timeout whatever runs there as cat: one that never
+// ended held the session's slot for ever. Nothing of it is kept.
+func TestVideoReadOutIsBounded(t *testing.T) {
+	client, _, port := servingNode(t)
+	videos := t.TempDir()
+	ex := &fakeExec{client: client, cmds: make(chan []string, 4), hang: true}
+	l, err := New(Options{Namespace: "browsers", HubAddresses: []string{}, VideoDir: videos, VideoImage: "websummoner/recorder:1", Exec: ex,
+		Options: launcher.Options{Instance: "test", StartupTimeout: 20 * time.Second, StopTimeout: time.Second}}, client, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l.Prepare(ctx)
+	inst, err := l.Start(ctx, launcher.Request{ID: "1", Browser: entry("img", port), Options: webdriver.Options{EnableVideo: true, VideoName: "login.mp4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.SessionCreated("abc", nil)
+	inst.Stop(context.Background()) // as the hub stops it: no deadline of its own
+	if left, _ := os.ReadDir(videos); len(left) != 0 {
+		t.Errorf("kept %v of a read-out cut short, want nothing", left)
+	}
+	c := &capped{w: io.Discard, left: 3}
+	if _, err := c.Write([]byte("abcd")); err == nil {
+		t.Error("capped wrote past its bound")
+	}
 }
 
 func TestVideoRecorderInThePod(t *testing.T) {

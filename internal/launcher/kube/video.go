@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -68,7 +69,11 @@ func (e *execer) Exec(ctx context.Context, namespace, pod, container string, cmd
 	if err != nil {
 		return err
 	}
-	ex, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool { return true })
+	// Only a refused upgrade falls back: a command that ran and failed would
+	// otherwise run twice (a video's bytes copied twice into one file).
+	ex, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
 	if err != nil {
 		return err
 	}
@@ -131,7 +136,10 @@ func (i *instance) finishVideo(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("video %s: %w (check -video-output-dir)", final, err)
 	}
-	err = l.opts.Exec.Exec(ctx, l.opts.Namespace, i.name, browserContainer, []string{"cat", videoMount + "/" + videoFile(i.opts.VideoName)}, f)
+	// The browser's container is the client's: what runs there as cat may
+	// send anything, for as long as ctx lets it (-session-delete-timeout),
+	// and no more than maxVideoSize.
+	err = l.opts.Exec.Exec(ctx, l.opts.Namespace, i.name, browserContainer, []string{"cat", videoMount + "/" + videoFile(i.opts.VideoName)}, &capped{w: f, left: maxVideoSize})
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -147,6 +155,27 @@ func (i *instance) finishVideo(ctx context.Context) (string, error) {
 		logtag.Event(l.log, slog.LevelWarn, i.requestID, "VIDEO_RENAMED", fmt.Sprintf("%s exists in -video-output-dir; this session's video is %s", final, saved))
 	}
 	return saved, nil
+}
+
+// maxVideoSize bounds a video read out of a pod: hours of a recorded screen
+// fit, and a container that sends without end does not fill the disk.
+const maxVideoSize = 8 << 30
+
+// errVideoTooLarge is a video read-out past maxVideoSize.
+var errVideoTooLarge = fmt.Errorf("it is over %d GiB, the most the hub reads out of a pod", maxVideoSize>>30)
+
+// capped writes to w until left bytes are written, then fails.
+type capped struct {
+	w    io.Writer
+	left int64
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if int64(len(p)) > c.left {
+		return 0, errVideoTooLarge
+	}
+	c.left -= int64(len(p))
+	return c.w.Write(p)
 }
 
 // recorderEnded reports a pod whose recorder has exited.
