@@ -300,6 +300,8 @@ func (h *Hub) bidi(w http.ResponseWriter, r *http.Request) {
 // a silent one does not hold the session for ever.
 func (h *Hub) proxySocket(w http.ResponseWriter, r *http.Request, s *session.Session, target *url.URL) {
 	path := "/" + strings.TrimPrefix(target.Path, "/") // JoinPath on an empty path leaves it relative
+	// What a session's container or browser answers is the client's.
+	sandboxed(w)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	client := &clientConn{}

@@ -8,11 +8,13 @@ import (
 	"html"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -75,6 +77,60 @@ func TestListingsAreNotScript(t *testing.T) {
 			if !got[n] {
 				t.Errorf("%s has no link to %q: %s", listing, n, page)
 			}
+		}
+	}
+}
+
+// A file a session wrote — a page its browser downloaded, a "video" or log
+// its container made — is served so that nothing of it runs on the hub's
+// origin: a video named report.html full of script, or a downloaded page,
+// read /status as the hub (and, under -htpasswd, as the admin who opened it).
+// Videos are video/mp4 and logs text whatever their names; the rest keep
+// their type, sandboxed. So is what a session's own file server answers.
+func TestSessionFilesRunNothingOnTheHubsOrigin(t *testing.T) {
+	page := "<html><script>fetch('/status')</script></html>"
+	dir := t.TempDir()
+	for _, n := range []string{"report.html", "page.html"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(page), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fileServer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, page)
+	}))
+	defer fileServer.Close()
+	local := &url.URL{Scheme: "file", Path: dir}
+	proxied, _ := url.Parse(fileServer.URL)
+	var files atomic.Pointer[url.URL]
+	f := newFixture(t, queue.Options{Limit: 2}, Options{LogDir: dir, VideoDir: dir},
+		&stubLauncher{sides: func(e *launcher.Endpoints) { e.Files = files.Load(); e.Clipboard = proxied }})
+	files.Store(local)
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	files.Store(proxied)
+	_, body = f.do("POST", "/session", w3cChrome)
+	id2 := body["value"].(map[string]any)["sessionId"].(string)
+	for path, wantType := range map[string]string{
+		"/video/report.html":              "video/mp4",
+		"/logs/report.html":               "text/plain; charset=utf-8",
+		"/download/" + id + "/page.html":  "",
+		"/download/" + id2 + "/page.html": "",
+		"/clipboard/" + id2:               "",
+	} {
+		resp, err := http.Get(f.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", path, resp.StatusCode)
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "sandbox") || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s is served without a sandbox and nosniff: %v", path, resp.Header)
+		}
+		if wantType != "" && resp.Header.Get("Content-Type") != wantType {
+			t.Errorf("%s is %q, want %q", path, resp.Header.Get("Content-Type"), wantType)
 		}
 	}
 }
