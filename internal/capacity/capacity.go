@@ -72,7 +72,12 @@ type Gate struct {
 	probeSeen    bool // one healthy window seen at the probed limit
 	inFlight     int
 	healthy      bool
-	baseline     time.Duration // EWMA of successful start latencies; 0 until the first
+	// baselines: per kind of start (a browsers.json entry), the EWMA of its
+	// successful start latencies, absent until its first; one browser's
+	// normal start may be many times another's, and a shared baseline took
+	// the slower one's for congestion and held the gate at 1.
+	baselines map[string]time.Duration
+	latest    time.Duration // the baseline of the kind last started, for Stats
 
 	// the current latency window
 	winStart time.Time
@@ -154,7 +159,7 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Gate, e
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	g := &Gate{opts: opts, log: logger, healthy: true, ssthresh: opts.Limit, step: 1, winStart: time.Now()}
+	g := &Gate{opts: opts, log: logger, healthy: true, ssthresh: opts.Limit, step: 1, winStart: time.Now(), baselines: map[string]time.Duration{}}
 	switch opts.Mode {
 	case Adaptive:
 		g.limit = opts.Initial
@@ -235,15 +240,16 @@ func (g *Gate) TrySpare(cost int) bool {
 }
 
 // FinishStart ends a start reserved by TryStart(cost) or TrySpare(cost) with
-// its outcome and latency.
-func (g *Gate) FinishStart(cost int, o queue.StartOutcome, latency time.Duration) {
+// its outcome and latency; kind (queue.Request.Kind) is what it started,
+// judged slow against that kind's baseline only.
+func (g *Gate) FinishStart(cost int, kind string, o queue.StartOutcome, latency time.Duration) {
 	g.mu.Lock()
 	g.inFlight -= max(cost, 1)
 	now := time.Now()
 	g.m.outcomes.WithLabelValues(o.String()).Inc()
 	var change string
 	if g.opts.Mode == Adaptive {
-		change = g.observeLocked(now, o, latency)
+		change = g.observeLocked(now, kind, o, latency)
 	}
 	notify := g.onChange
 	g.mu.Unlock()
@@ -256,9 +262,18 @@ func (g *Gate) FinishStart(cost int, o queue.StartOutcome, latency time.Duration
 }
 
 // window is the latency window: about one baseline start, within bounds.
+// With several kinds of start, one start of the slowest.
 func (g *Gate) windowLocked() time.Duration {
-	return min(max(g.baseline, g.opts.MinWindow), g.opts.MaxWindow)
+	var slowest time.Duration
+	for _, b := range g.baselines {
+		slowest = max(slowest, b)
+	}
+	return min(max(slowest, g.opts.MinWindow), g.opts.MaxWindow)
 }
+
+// maxKinds bounds the baselines kept: one per browsers.json entry started,
+// which reloads can change; past it, the kind's start has no baseline yet.
+const maxKinds = 1024
 
 // observeLocked applies the control law to one outcome and returns a description
 // of any limit change. The law (docs/capacity.md):
@@ -270,7 +285,7 @@ func (g *Gate) windowLocked() time.Duration {
 //     holdWindows, then probes above it by 1, 2, 4… per window;
 //   - a window in which the gate was not full changes nothing, so the limit never
 //     drifts upward while idle.
-func (g *Gate) observeLocked(now time.Time, o queue.StartOutcome, latency time.Duration) string {
+func (g *Gate) observeLocked(now time.Time, kind string, o queue.StartOutcome, latency time.Duration) string {
 	switch o {
 	case queue.StartIgnored:
 		return ""
@@ -281,18 +296,24 @@ func (g *Gate) observeLocked(now time.Time, o queue.StartOutcome, latency time.D
 		}
 		return ""
 	}
-	slow := g.baseline > 0 && float64(latency) > g.opts.SlowFactor*float64(g.baseline)
+	baseline, known := g.baselines[kind]
+	slow := known && float64(latency) > g.opts.SlowFactor*float64(baseline)
 	// The baseline moves slowly (1/8 per sample) towards successes that say what
 	// the host can do: any not far above it, and any start that ran alone, slow
 	// or not. So a lasting shift (a cold image, a slower host) becomes the new
 	// normal once the gate has backed off to single starts, while starts slowed
 	// by contention do not drag the baseline up and hide the overload.
 	alone := g.inFlight == 0
-	if g.baseline == 0 {
-		g.baseline = latency
-	} else if alone || latency <= 2*g.baseline {
-		g.baseline += (latency - g.baseline) / 8
+	switch {
+	case !known && len(g.baselines) >= maxKinds:
+		clear(g.baselines)
+		fallthrough
+	case !known:
+		baseline = latency
+	case alone || latency <= 2*baseline:
+		baseline += (latency - baseline) / 8
 	}
+	g.baselines[kind], g.latest = baseline, baseline
 	g.winOK++
 	if slow {
 		g.winSlow++
@@ -421,7 +442,7 @@ type Stats struct {
 func (g *Gate) Stats() Stats {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return Stats{Mode: g.opts.Mode.String(), Limit: g.limit, InFlight: g.inFlight, Baseline: g.baseline.Seconds(), Healthy: g.healthy}
+	return Stats{Mode: g.opts.Mode.String(), Limit: g.limit, InFlight: g.inFlight, Baseline: g.latest.Seconds(), Healthy: g.healthy}
 }
 
 type metrics struct {
@@ -450,7 +471,7 @@ func newMetrics(g *Gate, reg prometheus.Registerer) (*metrics, error) {
 	}, func() float64 { return float64(g.Stats().InFlight) })
 	baseline := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "websummoner_gate_baseline_seconds",
-		Help: "The slowly moving baseline of successful start latency.",
+		Help: "The slowly moving baseline of successful start latency, of the browser started last (each browsers.json entry has its own).",
 	}, func() float64 { return g.Stats().Baseline })
 	if err := wsmetrics.Register(reg, m.limit, m.outcomes, inFlight, baseline); err != nil {
 		return nil, err

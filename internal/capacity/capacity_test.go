@@ -310,7 +310,7 @@ func TestEngineHealthHalfOpen(t *testing.T) {
 	if !g.TryStart(1) || g.TryStart(1) {
 		t.Fatal("half-open must permit exactly one probe")
 	}
-	g.FinishStart(1, queue.StartSucceeded, time.Second)
+	g.FinishStart(1, "", queue.StartSucceeded, time.Second)
 	if !g.CanStart(1) {
 		t.Fatal("the probe's success did not let the next start through")
 	}
@@ -332,8 +332,8 @@ func TestStartCost(t *testing.T) {
 	if st := g.Stats(); st.InFlight != 3 {
 		t.Fatalf("in flight %d, want 3", st.InFlight)
 	}
-	g.FinishStart(2, queue.StartSucceeded, time.Second)
-	g.FinishStart(1, queue.StartSucceeded, time.Second)
+	g.FinishStart(2, "", queue.StartSucceeded, time.Second)
+	g.FinishStart(1, "", queue.StartSucceeded, time.Second)
 	if st := g.Stats(); st.InFlight != 0 {
 		t.Fatalf("in flight %d after both finished, want 0", st.InFlight)
 	}
@@ -365,7 +365,7 @@ func TestSpareStartsGrowTheGate(t *testing.T) {
 			t.Fatal("a fill left no permit to a client")
 		}
 		time.Sleep(2 * time.Second) // one start's time: the window closes with it
-		g.FinishStart(1, queue.StartSucceeded, 2*time.Second)
+		g.FinishStart(1, "", queue.StartSucceeded, 2*time.Second)
 		if st := g.Stats(); st.Limit != 4 {
 			t.Fatalf("limit after a healthy window of fills = %d, want 4", st.Limit)
 		}
@@ -376,13 +376,62 @@ func TestSpareStartsGrowTheGate(t *testing.T) {
 		if !g.CanStart(1) {
 			t.Fatal("two fills left no permit to a client")
 		}
-		g.FinishStart(1, queue.StartSucceeded, 2*time.Second)
-		g.FinishStart(1, queue.StartSucceeded, 2*time.Second)
+		g.FinishStart(1, "", queue.StartSucceeded, 2*time.Second)
+		g.FinishStart(1, "", queue.StartSucceeded, 2*time.Second)
 
 		// A client's start beside fills: they still leave one permit free.
 		client, fill1, fill2, fill3 := g.TryStart(1), g.TrySpare(1), g.TrySpare(1), g.TrySpare(1)
 		if !client || !fill1 || !fill2 || fill3 || !g.CanStart(1) {
 			t.Fatalf("a client's start and fills under a limit of 4: %+v, want two fills and a permit left", g.Stats())
+		}
+	})
+}
+
+// A healthy host serving two browsers whose normal starts differ 300-fold
+// (a cached stub and a slow image): each start is judged against its own
+// browser's baseline, so the slow one's normal start is no congestion. With
+// one baseline for all, every slow start cut the gate, which sat at 1 and
+// made the fast browser's clients wait seconds for a free slot.
+func TestKindsHaveTheirOwnBaselines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, err := New(Options{Limit: 6}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := queue.New(queue.Options{Limit: 6, Gate: g}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for i := range 4 {
+			kind, start := "fast 1", 10*time.Millisecond
+			if i%2 == 1 {
+				kind, start = "slow 1", 3*time.Second
+			}
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					slot, out := q.Acquire(ctx, queue.Request{Kind: kind})
+					if !out.Admitted {
+						return
+					}
+					time.Sleep(start)
+					slot.Started(queue.StartSucceeded)
+					time.Sleep(2 * time.Second)
+					slot.Release()
+				}
+			})
+		}
+		time.Sleep(10 * time.Second)
+		least := 6
+		for range 50 {
+			time.Sleep(time.Second)
+			least = min(least, g.Stats().Limit)
+		}
+		cancel()
+		wg.Wait()
+		if least < 4 {
+			t.Fatalf("the gate fell to %d on a healthy host serving 4 clients, want ≥ 4 (each start is normal for its browser)", least)
 		}
 	})
 }

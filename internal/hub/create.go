@@ -413,7 +413,7 @@ func (h *Hub) admit(c *creation) error {
 		// request queues, so even a no-wait request waits for it.
 		h.pool.Evict(c.id)
 	}
-	slot, out, waiting := h.queue.Enqueue(c.ctx, queue.Request{ID: c.id, NoWait: NoWait(c.r.Header), Cost: cost, Tenant: c.tenant, Bytes: c.bytes})
+	slot, out, waiting := h.queue.Enqueue(c.ctx, queue.Request{ID: c.id, NoWait: NoWait(c.r.Header), Cost: cost, Tenant: c.tenant, Bytes: c.bytes, Kind: c.browser.String()})
 	if waiting != nil {
 		if h.detach(c) {
 			waiting.Notify(func(slot *queue.Slot, out queue.Outcome) { h.resume(c, slot, out) })

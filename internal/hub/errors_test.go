@@ -344,10 +344,10 @@ func TestDriverRefusalsThatAreNoErrorStatus(t *testing.T) {
 // while the Docker engine does not answer.
 type closedGate struct{}
 
-func (closedGate) TryStart(int) bool                                  { return false }
-func (closedGate) CanStart(int) bool                                  { return false }
-func (closedGate) Notify(func())                                      {}
-func (closedGate) FinishStart(int, queue.StartOutcome, time.Duration) {}
+func (closedGate) TryStart(int) bool                                          { return false }
+func (closedGate) CanStart(int) bool                                          { return false }
+func (closedGate) Notify(func())                                              {}
+func (closedGate) FinishStart(int, string, queue.StartOutcome, time.Duration) {}
 
 // A page of the hub's own origin may start a session (Origin names the Host
 // it came to); a page elsewhere, even one naming the hub's address with

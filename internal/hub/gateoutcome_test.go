@@ -21,7 +21,7 @@ type outcomeGate struct {
 func (g *outcomeGate) TryStart(int) bool { return true }
 func (g *outcomeGate) CanStart(int) bool { return true }
 func (g *outcomeGate) Notify(func())     {}
-func (g *outcomeGate) FinishStart(_ int, o queue.StartOutcome, _ time.Duration) {
+func (g *outcomeGate) FinishStart(_ int, _ string, o queue.StartOutcome, _ time.Duration) {
 	g.mu.Lock()
 	g.outcomes = append(g.outcomes, o)
 	g.mu.Unlock()

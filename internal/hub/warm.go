@@ -80,7 +80,7 @@ func (h *Hub) Fill(ctx context.Context, id string, k pool.Key) (pool.Item, error
 			return nil, err // a missing image: the pool backs off
 		}
 	}
-	slot := h.queue.Spare(1)
+	slot := h.queue.Spare(1, b.String())
 	if slot == nil {
 		return nil, pool.ErrNoSpare
 	}

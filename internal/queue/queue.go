@@ -88,8 +88,9 @@ type Gate interface {
 	TryStart(cost int) bool
 	// CanStart reports whether TryStart(cost) would succeed now.
 	CanStart(cost int) bool
-	// FinishStart ends a reserved start of that cost.
-	FinishStart(cost int, o StartOutcome, latency time.Duration)
+	// FinishStart ends a reserved start of that cost; kind is what was
+	// started (Request.Kind), whose starts are compared with each other.
+	FinishStart(cost int, kind string, o StartOutcome, latency time.Duration)
 	// Notify gives the gate the function to call, outside its own lock, whenever
 	// it may newly permit a start without a slot being released (its limit rose,
 	// the engine came back). The queue passes its Kick; without it, waiters
@@ -112,6 +113,10 @@ type Request struct {
 	// Bytes is what the request holds in memory while it waits (its
 	// capabilities), counted against Options.MaxWaitingBytes.
 	Bytes int64
+	// Kind is what its start starts (the browsers.json entry): a start is
+	// judged slow against starts of its own kind only, as one browser's
+	// normal start may be many times another's.
+	Kind string
 }
 
 func (r Request) cost() int { return max(r.Cost, 1) }
@@ -209,6 +214,7 @@ type Slot struct {
 	started   atomic.Bool // the start permit has been given back
 	admitted  time.Time
 	cost      int
+	kind      string
 	tenant    *tenant // whose session holds it (set under Queue.mu); nil for a spare slot not yet assigned
 }
 
@@ -218,7 +224,7 @@ func (s *Slot) Started(o StartOutcome) {
 	if s == nil || s.q.opts.Gate == nil || !s.started.CompareAndSwap(false, true) {
 		return
 	}
-	s.q.opts.Gate.FinishStart(s.cost, o, time.Since(s.admitted))
+	s.q.opts.Gate.FinishStart(s.cost, s.kind, o, time.Since(s.admitted))
 }
 
 // Release gives the slot back, handing it to the oldest live waiter if there is one.
@@ -428,7 +434,7 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 		q.lastFast = now
 		q.mu.Unlock()
 		q.m.wait.Observe(0)
-		return &Slot{q: q, admitted: now, cost: r.cost(), tenant: t}, Outcome{Admitted: true, Fast: true, Idle: idle, limit: q.opts.Limit, opts: &q.opts}, nil
+		return &Slot{q: q, admitted: now, cost: r.cost(), kind: r.Kind, tenant: t}, Outcome{Admitted: true, Fast: true, Idle: idle, limit: q.opts.Limit, opts: &q.opts}, nil
 	}
 	out := Outcome{Idle: idle, State: q.stateAt(idle), limit: q.opts.Limit, opts: &q.opts, tenant: r.Tenant}
 	if q.opts.Disabled || r.NoWait {
@@ -544,8 +550,9 @@ func (q *Queue) mayNotWaitLocked(ctx context.Context, r Request, t *tenant, now 
 // runs its maxSessions may not), no slot is being torn down for a
 // request to find, and the start gate would still permit a client's start
 // (of cost 1) beside this one. It returns nil otherwise. A spare admission is
-// no client's: it neither resets idle nor counts in the wait histogram.
-func (q *Queue) Spare(cost int) *Slot {
+// no client's: it neither resets idle nor counts in the wait histogram. kind
+// is what it starts, as Request.Kind.
+func (q *Queue) Spare(cost int, kind string) *Slot {
 	cost = max(cost, 1)
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -556,7 +563,7 @@ func (q *Queue) Spare(cost int) *Slot {
 		return nil
 	}
 	q.inUse++
-	return &Slot{q: q, admitted: time.Now(), cost: cost}
+	return &Slot{q: q, admitted: time.Now(), cost: cost, kind: kind}
 }
 
 // SpareGate is a start gate that knows a warm-pool fill from a client's
@@ -622,7 +629,7 @@ func (q *Queue) settle(ctx context.Context, r Request, w *waiter, out Outcome) (
 	if w.granted {
 		q.mu.Unlock()
 		out.Waited, out.Fast = w.waited, w.fast
-		s := &Slot{q: q, admitted: w.queued.Add(w.waited), cost: r.cost(), tenant: w.tenant}
+		s := &Slot{q: q, admitted: w.queued.Add(w.waited), cost: r.cost(), kind: r.Kind, tenant: w.tenant}
 		if ctx.Err() != nil {
 			// The client left as the slot arrived: pass it on rather than leak it.
 			s.Release()

@@ -497,7 +497,7 @@ func (g *fakeGate) CanStart(cost int) bool {
 	return g.inFlight+cost <= g.permits
 }
 
-func (g *fakeGate) FinishStart(cost int, o StartOutcome, _ time.Duration) {
+func (g *fakeGate) FinishStart(cost int, _ string, o StartOutcome, _ time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.inFlight -= cost

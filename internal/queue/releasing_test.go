@@ -200,7 +200,7 @@ func TestMayNotWaitBudgets(t *testing.T) {
 		}
 		hs := newHarness(t, Options{Limit: 3, Quotas: one})
 		held := hs.acquireReq(Request{ID: "H", Tenant: "alice"})
-		spare := hs.q.Spare(1)
+		spare := hs.q.Spare(1, "")
 		spare.Releasing()
 		spare.Assign("alice")
 		spare.Release()

@@ -12,11 +12,11 @@ func TestSpareIsTheLowestPriority(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := &fakeGate{permits: 2}
 		h := newHarness(t, Options{Limit: 2, Timeout: time.Minute, Gate: g})
-		s := h.q.Spare(1)
+		s := h.q.Spare(1, "")
 		if s == nil {
 			t.Fatal("no spare slot on an empty grid")
 		}
-		if h.q.Spare(1) != nil {
+		if h.q.Spare(1, "") != nil {
 			t.Fatal("a second fill took the gate's last permit, which a client's start could use")
 		}
 		s.Started(StartSucceeded)
@@ -24,12 +24,12 @@ func TestSpareIsTheLowestPriority(t *testing.T) {
 		if !a.out.Admitted {
 			t.Fatalf("a client was not admitted beside one fill: %+v", a.out)
 		}
-		if h.q.Spare(1) != nil || !h.q.Full() {
+		if h.q.Spare(1, "") != nil || !h.q.Full() {
 			t.Fatal("a fill took a slot beyond -limit")
 		}
 		b := h.acquire("B", false) // waits
 		s.Releasing()
-		if h.q.Spare(1) != nil {
+		if h.q.Spare(1, "") != nil {
 			t.Fatal("a fill took a slot being torn down")
 		}
 		s.Release()
@@ -37,7 +37,7 @@ func TestSpareIsTheLowestPriority(t *testing.T) {
 		if !b.finished() || !b.out.Admitted {
 			t.Fatal("the slot a fill gave back did not go to the waiting client")
 		}
-		if h.q.Spare(1) != nil {
+		if h.q.Spare(1, "") != nil {
 			t.Fatal("a fill took a slot with every slot held")
 		}
 		a.slot.Release()
@@ -54,7 +54,7 @@ func TestSpareLeavesIdleAlone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, Options{Limit: 2, Timeout: time.Minute})
 		time.Sleep(10 * time.Second)
-		s := h.q.Spare(1)
+		s := h.q.Spare(1, "")
 		if idle := h.q.Stats().Idle; idle != 10*time.Second {
 			t.Fatalf("idle after a fill = %v, want 10s (a fill admits no client)", idle)
 		}
@@ -64,7 +64,7 @@ func TestSpareLeavesIdleAlone(t *testing.T) {
 		}
 		s.Release()
 		h.q.Close()
-		if h.q.Spare(1) != nil {
+		if h.q.Spare(1, "") != nil {
 			t.Fatal("a closed queue gave a spare slot")
 		}
 	})
@@ -94,11 +94,11 @@ func TestSpareAsksASpareGate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := &spareGate{fakeGate: fakeGate{permits: 2}}
 		h := newHarness(t, Options{Limit: 2, Timeout: time.Minute, Gate: g})
-		s := h.q.Spare(1)
+		s := h.q.Spare(1, "")
 		if s == nil || g.spares != 1 {
 			t.Fatalf("spare slot %v, TrySpare calls %d: want a slot through TrySpare", s, g.spares)
 		}
-		if h.q.Spare(1) != nil {
+		if h.q.Spare(1, "") != nil {
 			t.Fatal("a second fill took the gate's last permit")
 		}
 		s.Started(StartSucceeded)
