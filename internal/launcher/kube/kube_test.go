@@ -211,11 +211,33 @@ func TestPodSpecRefuses(t *testing.T) {
 		"host-gateway":      {HostsEntries: []string{"app:host-gateway"}},
 		"dnsServers":        {DNSServers: []string{"1.1.1.1", "1.0.0.1", "8.8.8.8", "8.8.4.4"}},
 		"labels":            {Labels: map[string]string{"big": strings.Repeat("x", maxClientLabels)}},
+		"env non-ASCII":     {Env: []string{"ÄPFEL=1"}},
+		"env control":       {Env: []string{"FOO\x01=bar"}},
+		"dnsServers mapped": {DNSServers: []string{"::ffff:1.2.3.4"}},
+		"hosts mapped":      {HostsEntries: []string{"foo:::ffff:1.2.3.4"}},
+		"additionalNets":    {AdditionalNetworks: []string{"net"}},
 	} {
 		_, err := l.podSpec(launcher.Request{ID: "1", Browser: entry("img", ""), Options: o}, "p", "s", "")
 		if ae := (*webdriver.ArgumentError)(nil); !errors.As(err, &ae) {
 			t.Errorf("%s: %v, want the client's mistake", name, err)
 		}
+	}
+}
+
+// A client's env value reaches its browser as it was sent, as with Docker:
+// Kubernetes would expand $(NAME) to another variable's value and $$ to $.
+func TestPodEnvIsLiteral(t *testing.T) {
+	l := &Launcher{opts: Options{Namespace: "browsers", Options: launcher.Options{Instance: "a"}}}
+	pod, err := l.podSpec(launcher.Request{ID: "1", Browser: entry("img", ""), Options: webdriver.Options{Env: []string{"A=x$$y", "B=$(TZ)"}}}, "p", "s", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, e := range pod.Spec.Containers[0].Env {
+		got[e.Name] = e.Value
+	}
+	if got["A"] != "x$$$$y" || got["B"] != "$$(TZ)" {
+		t.Fatalf("env A=%q B=%q, want each $ escaped as $$ (Kubernetes' literal $)", got["A"], got["B"])
 	}
 }
 

@@ -106,7 +106,7 @@ func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string)
 		return nil, errors.New("enableVideo needs -video-output-dir, a directory the hub could create and write at start (a [INIT] warning says why not), and -video-recorder-image on this hub")
 	}
 	if len(o.AdditionalNetworks) > 0 || len(o.ApplicationContainers) > 0 {
-		return nil, fmt.Errorf("additionalNetworks and applicationContainers name Docker networks and containers, which a pod on Kubernetes cannot join; reach other services by their Kubernetes names instead")
+		return nil, &webdriver.ArgumentError{Msg: "additionalNetworks and applicationContainers name Docker networks and containers, which a pod on Kubernetes cannot join; reach other services by their Kubernetes names instead"}
 	}
 	port, err := strconv.ParseInt(portOf(b), 10, 32)
 	if err != nil || port <= 0 || port > 65535 {
@@ -161,7 +161,9 @@ func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string)
 	}
 	for _, kv := range launcher.ContainerEnv(r, l.opts.TimeZone, l.log) {
 		k, v, _ := strings.Cut(kv, "=")
-		browser.Env = append(browser.Env, corev1.EnvVar{Name: k, Value: v})
+		// Literal, as Docker passes it: Kubernetes would expand $(NAME) to
+		// another variable's value and $$ to $.
+		browser.Env = append(browser.Env, corev1.EnvVar{Name: k, Value: strings.ReplaceAll(v, "$", "$$")})
 	}
 	browser.Env = append(browser.Env, corev1.EnvVar{Name: docker.HubAddressesEnv, Value: hub})
 
@@ -182,8 +184,21 @@ func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string)
 	}
 	// What Kubernetes refuses of a client's values is the client's to fix,
 	// said before the API server is asked.
+	for _, kv := range o.Env {
+		if k, _, _ := strings.Cut(kv, "="); len(validation.IsRelaxedEnvVarName(k)) > 0 {
+			return nil, &webdriver.ArgumentError{Msg: fmt.Sprintf("env %q: %q is not a name Kubernetes takes for a variable (printable ASCII, no '=')", kv, k)}
+		}
+	}
+	for _, s := range o.DNSServers {
+		if len(validation.IsValidIP(nil, s)) > 0 {
+			return nil, &webdriver.ArgumentError{Msg: fmt.Sprintf("dnsServers %q is not an address a pod takes (Kubernetes refuses, among others, IPv4-mapped IPv6 addresses)", s)}
+		}
+	}
 	for _, e := range o.HostsEntries {
 		host, ip, _ := strings.Cut(e, ":")
+		if ip != "host-gateway" && len(validation.IsValidIP(nil, ip)) > 0 {
+			return nil, &webdriver.ArgumentError{Msg: fmt.Sprintf("hostsEntries %q: %q is not an address a pod's host aliases take (Kubernetes refuses, among others, IPv4-mapped IPv6 addresses)", e, ip)}
+		}
 		if len(validation.IsDNS1123Subdomain(host)) > 0 {
 			return nil, &webdriver.ArgumentError{Msg: fmt.Sprintf("hostsEntries %q: %q is not a DNS name, which a pod's host aliases must be (lower-case letters, digits, '-' and '.')", e, host)}
 		}
