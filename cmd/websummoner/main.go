@@ -218,7 +218,7 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.BoolVar(&c.docker.Privileged, "privileged", false, "Run browser containers privileged (Selenoid's default; off here)")
 	fs.StringVar(&c.docker.Mem, "mem", "", "Default memory limit of a browser container, e.g. 512m or 1g (browsers.json \"mem\" wins)")
 	fs.StringVar(&c.docker.CPU, "cpu", "", "Default CPU limit of a browser container, e.g. 0.5 or 2.0 (browsers.json \"cpu\" wins)")
-	fs.Int64Var(&c.docker.PidsLimit, "container-pids-limit", 2048, "Most processes and threads in one browser container, so that a fork bomb in one session cannot take the host's PID space (0 = no limit)")
+	fs.Int64Var(&c.docker.PidsLimit, "container-pids-limit", docker.DefaultPidsLimit, "Most processes and threads in one browser container, so that a fork bomb in one session cannot take the host's PID space (0 = no limit)")
 	fs.StringVar((*string)(&c.docker.Address), "container-address", "", "How the hub reaches a container's driver: \"published\" (a port published on 127.0.0.1; hub on the host), \"ip\" (the container's address; hub in a container of the same engine, which joins each session's network) or \"name\" (the container's name on -container-network); empty: \"ip\" when the hub runs in a container of the engine, or on the host of a local engine whose bridges are the host's (not rootless, nor Docker Desktop) without -container-network, \"published\" otherwise")
 	fs.DurationVar(&c.docker.SweepInterval, "sweep-interval", 30*time.Second, "How often containers with no live session are removed (0 = the default)")
 
@@ -409,6 +409,9 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	c.process.ReadyTransport, c.docker.ReadyTransport = drivers, drivers
 	p.procs = process.New(c.process, p.log)
 	launchers := hub.Launchers{Process: p.procs}
+	if c.kubernetes && (c.docker.Privileged || c.docker.PidsLimit != docker.DefaultPidsLimit) {
+		logtag.Event(p.log, slog.LevelWarn, "", "INIT", "-privileged and -container-pids-limit are the Docker launcher's, and do nothing with -kubernetes: a pod's PID limit is the kubelet's podPidsLimit, and the hub makes no privileged pods")
+	}
 	if b, err := os.ReadFile("/proc/sys/kernel/pid_max"); err == nil && !c.disableDocker && !c.kubernetes && c.docker.PidsLimit > 0 {
 		if pidMax, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && int64(c.queue.Limit)*c.docker.PidsLimit >= pidMax {
 			logtag.Event(p.log, slog.LevelWarn, "", "INIT", fmt.Sprintf("-limit %d times -container-pids-limit %d reaches the host's kernel.pid_max %d: sessions that all fork without end could still take the host's PID space; lower -container-pids-limit, or raise kernel.pid_max", c.queue.Limit, c.docker.PidsLimit, pidMax))

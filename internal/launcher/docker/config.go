@@ -107,6 +107,10 @@ func (l *Launcher) containerConfig(r launcher.Request, session string, side []na
 	return cfg, host, nil
 }
 
+// DefaultPidsLimit is -container-pids-limit's default: Chromium with 16 tabs,
+// each with a worker, runs some 300 processes and threads.
+const DefaultPidsLimit = 2048
+
 // pidsLimit is Docker's PidsLimit for a bound: nil (none) for 0.
 func pidsLimit(n int64) *int64 {
 	if n <= 0 {

@@ -73,7 +73,10 @@ func (l *Launcher) startRecorder(ctx context.Context, inst *instance, r launcher
 			"CODEC=" + o.VideoCodec, "DISPLAY=:99", "BROWSER_CONTAINER_NAME=127.0.0.1"},
 		Labels: map[string]string{LabelInstance: l.opts.Instance, LabelSession: session, LabelBrowser: r.Browser.String(), LabelRole: "recorder"},
 	}
-	host := &container.HostConfig{NetworkMode: container.NetworkMode("container:" + inst.id)}
+	// It shares the browser's network: no raw sockets there either, and its
+	// processes count against the same kind of limit.
+	host := &container.HostConfig{NetworkMode: container.NetworkMode("container:" + inst.id), CapDrop: []string{"NET_RAW"},
+		Resources: container.Resources{PidsLimit: pidsLimit(l.opts.PidsLimit)}}
 	name := inst.name + "-recorder"
 	l.mu.Lock()
 	l.creating[name] = true

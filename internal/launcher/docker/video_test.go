@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func TestVideoRefusedWithoutRecorder(t *testing.T) {
 // real screen with the real recorder image.
 func TestRecorderLifecycle(t *testing.T) {
 	dir := t.TempDir()
-	l, ev := newLauncher(t, Options{VideoDir: dir, VideoImage: stubImage}, nil)
+	l, ev := newLauncher(t, Options{VideoDir: dir, VideoImage: stubImage, PidsLimit: 2048}, nil)
 	r := stubRequest()
 	r.Options.EnableVideo, r.Options.VideoScreenSize, r.Options.VideoFrameRate, r.Options.VideoCodec = true, "1920x1080", 12, "libx264"
 	inst, err := l.Start(context.Background(), r)
@@ -88,6 +89,16 @@ func TestRecorderLifecycle(t *testing.T) {
 	}
 	if len(list) != 2 || roles["recorder"] != 1 {
 		t.Fatalf("containers %d, roles %v; want a browser and a recorder", len(list), roles)
+	}
+	for _, c := range list {
+		// The recorder shares the browser's network and is bounded as it is.
+		info, err := engine.ContainerInspect(context.Background(), c.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hc := info.HostConfig; !slices.ContainsFunc(hc.CapDrop, func(c string) bool { return strings.TrimPrefix(c, "CAP_") == "NET_RAW" }) || hc.PidsLimit == nil || *hc.PidsLimit != 2048 {
+			t.Errorf("%s: CapDrop %v PidsLimit %v, want NET_RAW dropped and 2048", c.Labels[LabelRole], hc.CapDrop, hc.PidsLimit)
+		}
 	}
 	if n := l.Sweep(context.Background()); n != 0 {
 		t.Fatalf("the sweep removed %d containers of a live session", n)

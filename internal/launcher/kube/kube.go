@@ -396,6 +396,10 @@ func (l *Launcher) apiErr(ctx context.Context, b config.Resolved, what string, e
 		// Waiting helps: a session ending frees the quota.
 		se.Down = true
 		se.Msg = fmt.Sprintf("%s: namespace %s's ResourceQuota refuses another pod (%v); try again when a session ends, or raise the quota (or lower -limit to match it)", what, l.opts.Namespace, apiMessage(err))
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "violates PodSecurity"):
+		// The namespace's Pod Security level, not the hub's rights.
+		se.Engine = false
+		se.Msg = fmt.Sprintf("%s: namespace %s's Pod Security level refuses the pod made from %s (%v); run the hub's browsers in a namespace labelled pod-security.kubernetes.io/enforce=baseline or privileged, as browser images run as root with Chromium's own sandbox off (docs/kubernetes.md)", what, l.opts.Namespace, b, apiMessage(err))
 	case apierrors.IsForbidden(err):
 		se.Msg = fmt.Sprintf("%s: the hub may not (%v); give its service account a Role with get, list, watch, create and delete on pods, get on pods/log and create on pods/exec in namespace %s (deploy/kubernetes/websummoner.yaml)", what, apiMessage(err), l.opts.Namespace)
 	case apierrors.IsTooManyRequests(err):

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -115,6 +116,10 @@ func TestPodSpec(t *testing.T) {
 	}
 	if pod.Name != "websummoner-hub-a-7-abc" {
 		t.Errorf("name %q", pod.Name)
+	}
+	// The runtime's default seccomp profile, as a Docker container gets.
+	if sc := pod.Spec.SecurityContext; sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context %+v: want seccompProfile RuntimeDefault", sc)
 	}
 	if len(pod.Labels) != 3 || pod.Labels[LabelInstance] != "hub_A" || pod.Labels[LabelSession] != "7-abc" || pod.Labels["team"] != "web" {
 		t.Errorf("labels %v: want the instance, the session and the operator's alone", pod.Labels)
@@ -385,6 +390,9 @@ func TestCreateRefusals(t *testing.T) {
 		{"throttled", apierrors.NewTooManyRequests("slow down", 1), true, "throttling"},
 		{"rbac", apierrors.NewForbidden(pods, "p", errors.New("User \"system:serviceaccount:x:hub\" cannot create resource \"pods\"")), false, "websummoner.yaml"},
 		{"down", apierrors.NewServiceUnavailable("etcd is down"), true, "unreachable"},
+		// The namespace's Pod Security level: not the hub's rights, and not
+		// the engine failing (no cut of the start gate).
+		{"pod security", apierrors.NewForbidden(pods, "p", errors.New(`violates PodSecurity "restricted:latest": runAsNonRoot != true`)), false, "Pod Security level"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewClientset()
@@ -392,7 +400,7 @@ func TestCreateRefusals(t *testing.T) {
 			client.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tc.err })
 			_, err := l.Start(context.Background(), launcher.Request{ID: "1", Browser: entry("img", "4444")})
 			var se *launcher.StartError
-			if !errors.As(err, &se) || se.Down != tc.down || !se.Engine || !strings.Contains(se.Msg, tc.says) {
+			if !errors.As(err, &se) || se.Down != tc.down || se.Engine != (tc.name != "pod security") || !strings.Contains(se.Msg, tc.says) {
 				t.Fatalf("got %#v, want down %v saying %q", err, tc.down, tc.says)
 			}
 			l.mu.Lock()
@@ -498,6 +506,9 @@ func TestVideoRecorderInThePod(t *testing.T) {
 	if len(pod.Spec.Containers) != 2 || pod.Spec.Containers[1].Image != "websummoner/recorder:1" || pod.Spec.Containers[1].ImagePullPolicy != corev1.PullNever {
 		t.Fatalf("containers %+v: want the browser and the recorder", pod.Spec.Containers)
 	}
+	if sc := pod.Spec.Containers[1].SecurityContext; sc == nil || sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "NET_RAW" {
+		t.Errorf("recorder security context %+v: want NET_RAW dropped, as the browser's", sc)
+	}
 	inst.SessionCreated("abc", nil)
 	if err := inst.Stop(ctx); err != nil {
 		t.Fatal(err)
@@ -593,5 +604,32 @@ func TestPodDefaultsAsSelenoid(t *testing.T) {
 	}
 	if m := lines.Wait(t, "BAD_TIMEZONE", time.Second); !strings.Contains(m, "Mars/Olympus_Mons") {
 		t.Errorf("BAD_TIMEZONE does not name the zone: %s", m)
+	}
+}
+
+// Pods of one hub never share a name, and two hubs never a label: a long
+// -instance cut the session's part off every pod name (the second start
+// replaced the first's pod, which the sweep then deleted under its session),
+// and names alike but for a character Kubernetes' labels cannot hold (pk:x,
+// pk_x) swept each other's pods.
+func TestNamesAndLabelsDoNotCollide(t *testing.T) {
+	long := "probek-" + strings.Repeat("x", 49)
+	a, b := podName(long, "1-0a1b2c3d4e5f"), podName(long, "2-0a1b2c3d4e5f")
+	if a == b || len(a) > 63 || len(validation.IsDNS1123Label(a)) > 0 || !strings.HasSuffix(a, "-1-0a1b2c3d4e5f") {
+		t.Errorf("pod names %q and %q: want two DNS labels, each ending in its session", a, b)
+	}
+	seen := map[string]string{}
+	for _, inst := range []string{"pk:x", "pk_x", "hub", strings.Repeat("h", 70) + "1", strings.Repeat("h", 70) + "2", ":::", "websummoner-host"} {
+		v := labelValue(inst)
+		if len(validation.IsValidLabelValue(v)) > 0 {
+			t.Errorf("instance %q: label %q is not a label value", inst, v)
+		}
+		if other, ok := seen[v]; ok {
+			t.Errorf("instances %q and %q share the label %q", other, inst, v)
+		}
+		seen[v] = inst
+	}
+	if labelValue("websummoner-host") != "websummoner-host" {
+		t.Error("a name that is a label value is not kept as it is")
 	}
 }

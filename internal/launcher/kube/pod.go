@@ -1,6 +1,8 @@
 package kube
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,9 +64,17 @@ var sidePorts = []struct {
 }
 
 // podName is a pod's name: DNS-1123, at most 63 characters so that the
-// hostname Kubernetes derives from it is the whole name.
+// hostname Kubernetes derives from it is the whole name. What is cut to fit
+// is the instance's part, never the session's: a long -instance made every
+// pod's name the same, and one session's start replaced another's pod.
 func podName(instance, session string) string {
-	return dnsLabel("websummoner-" + instance + "-" + session)
+	s := dnsLabel(session)
+	head := dnsLabel("websummoner-" + instance)
+	head = strings.TrimRight(head[:min(len(head), max(62-len(s), 0))], "-")
+	if head == "" {
+		return s
+	}
+	return head + "-" + s
 }
 
 // dnsLabel makes s a DNS-1123 label: lower case letters, digits and '-',
@@ -83,8 +93,25 @@ func dnsLabel(s string) string {
 	return out
 }
 
-// labelValue makes s a valid label value, for the labels the hub selects by.
+// labelValue makes s a valid label value, for the labels the hub selects by:
+// s itself when it is one, else what can be kept of it and a hash of the
+// whole, so that two names never share a value (pk:x and pk_x, or two long
+// names alike in their first 63 characters, swept each other's pods).
 func labelValue(s string) string {
+	if len(validation.IsValidLabelValue(s)) == 0 {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	h := hex.EncodeToString(sum[:8])
+	if kept := cleanLabel(s[:min(len(s), 46)]); kept != "" {
+		return kept + "-" + h
+	}
+	return h
+}
+
+// cleanLabel replaces what a label value cannot hold with '_' and trims
+// its ends.
+func cleanLabel(s string) string {
 	b := []byte(s)
 	for k, c := range b {
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
@@ -172,7 +199,10 @@ func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: l.opts.Namespace, Labels: labels, Annotations: annotations},
 		Spec: corev1.PodSpec{
-			RestartPolicy:                 corev1.RestartPolicyNever,
+			RestartPolicy: corev1.RestartPolicyNever,
+			// The runtime's default seccomp profile, as a Docker container
+			// gets: Kubernetes' own default is none at all.
+			SecurityContext:               &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 			AutomountServiceAccountToken:  &no,
 			EnableServiceLinks:            &no,
 			TerminationGracePeriodSeconds: &grace,
@@ -240,9 +270,6 @@ func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string)
 		pod.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: o.DNSServers}
 	}
 	for _, k := range slices.Sorted(maps.Keys(b.Sysctl)) {
-		if pod.Spec.SecurityContext == nil {
-			pod.Spec.SecurityContext = &corev1.PodSecurityContext{}
-		}
 		pod.Spec.SecurityContext.Sysctls = append(pod.Spec.SecurityContext.Sysctls, corev1.Sysctl{Name: k, Value: b.Sysctl[k]})
 	}
 	pod.Spec.Containers = []corev1.Container{browser}

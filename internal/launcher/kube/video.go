@@ -100,6 +100,8 @@ func (l *Launcher) addRecorder(pod *corev1.Pod, r launcher.Request) {
 	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
 		Name: recorderContainer, Image: l.opts.VideoImage, ImagePullPolicy: corev1.PullNever, Env: env,
 		VolumeMounts: []corev1.VolumeMount{{Name: videoVolume, MountPath: recordingDir}},
+		// It shares the browser's network: no raw sockets there either.
+		SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"NET_RAW"}}},
 	})
 }
 
