@@ -378,3 +378,28 @@ func TestNewSessionFromAPage(t *testing.T) {
 		t.Fatalf("a page of the origin a proxy names: %d %v", resp.StatusCode, body)
 	}
 }
+
+// Options the launcher could not start a browser with (Kubernetes' checks of
+// what the API server would refuse) are refused before the request queues:
+// on a full grid the client heard its mistake only after a wait for a slot.
+func TestLauncherRefusesOptionsBeforeQueueing(t *testing.T) {
+	l := &stubLauncher{checkOptions: func(o webdriver.Options) error {
+		if len(o.Env) > 0 {
+			return &webdriver.ArgumentError{Msg: "env \"Ä=1\" is not a variable name"}
+		}
+		return nil
+	}}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	resp, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"env":["LANG=C.UTF-8"]}}}}`,
+		"X-WebSummoner-No-Wait", "1") // queued, it would be refused as the grid is full
+
+	if e, m := errOf(body); resp.StatusCode != 400 || e != "invalid argument" || !strings.Contains(m, "variable name") {
+		t.Fatalf("refused options on a full grid: %d %v, want 400 at once", resp.StatusCode, body)
+	}
+	if st := f.q.Stats(); st.Waiting != 0 {
+		t.Fatalf("%d requests queued", st.Waiting)
+	}
+	f.do("DELETE", "/session/"+id, "")
+}

@@ -54,6 +54,9 @@ type stubLauncher struct {
 	sides func(*launcher.Endpoints)
 	// stopping, if set, is where Stop waits: a teardown that takes its time.
 	stopping chan struct{}
+	// checkOptions, if set, is the launcher's CheckOptions (as Kubernetes'
+	// refuses values the API server would).
+	checkOptions func(webdriver.Options) error
 	// container, if set, makes instances say they run in a container with
 	// this id and address (launcher.Container), as the Docker launcher's do.
 	container *[2]string
@@ -127,6 +130,13 @@ func (l *stubLauncher) Start(ctx context.Context, r launcher.Request) (launcher.
 		return containerStub{inst}, nil
 	}
 	return inst, nil
+}
+
+func (l *stubLauncher) CheckOptions(_ config.Resolved, o webdriver.Options) error {
+	if l.checkOptions == nil {
+		return nil
+	}
+	return l.checkOptions(o)
 }
 
 func (l *stubLauncher) liveCount() int {

@@ -135,6 +135,15 @@ type Checker interface {
 	Check(ctx context.Context, b config.Resolved) error
 }
 
+// OptionsChecker is a Launcher that knows, before a request queues, which of
+// a client's options it could not start a browser with: the client's
+// mistake, answered at once rather than after a wait for a slot.
+type OptionsChecker interface {
+	// CheckOptions returns a *webdriver.ArgumentError for such options, nil
+	// otherwise (what is wrong with the entry is Start's to say).
+	CheckOptions(b config.Resolved, o webdriver.Options) error
+}
+
 // Readier is implemented by launchers whose backend can be down; /readyz asks it.
 type Readier interface {
 	Ready() (bool, string)

@@ -229,6 +229,21 @@ func TestPodSpecRefuses(t *testing.T) {
 	}
 }
 
+// What the API server would refuse of a client's values is refused before
+// the request queues (the hub calls CheckOptions first); the rest passes.
+func TestCheckOptions(t *testing.T) {
+	l := &Launcher{opts: Options{Namespace: "browsers", Options: launcher.Options{Instance: "a"}}}
+	if err := l.CheckOptions(entry("img", ""), webdriver.Options{ContainerHostname: "MyHost"}); err == nil {
+		t.Error("containerHostname MyHost passed")
+	}
+	if err := l.CheckOptions(entry("img", ""), webdriver.Options{ContainerHostname: "my-host", Env: []string{"A=$(B)"}}); err != nil {
+		t.Errorf("good options refused: %v", err)
+	}
+	if err := l.CheckOptions(entry("img", "not-a-port"), webdriver.Options{}); err != nil {
+		t.Errorf("the entry's fault is Start's to say, not a client's mistake: %v", err)
+	}
+}
+
 // A client's env value reaches its browser as it was sent, as with Docker:
 // Kubernetes would expand $(NAME) to another variable's value and $$ to $.
 func TestPodEnvIsLiteral(t *testing.T) {

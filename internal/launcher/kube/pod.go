@@ -121,6 +121,17 @@ func cleanLabel(s string) string {
 	return strings.Trim(string(b[:min(len(b), 63)]), "-_.")
 }
 
+// CheckOptions refuses, before the request queues, a client's values the pod
+// could not be made with (Kubernetes would refuse them): the same checks
+// Start makes, answered without a wait for a slot.
+func (l *Launcher) CheckOptions(b config.Resolved, o webdriver.Options) error {
+	_, err := l.podSpec(launcher.Request{ID: "check", Browser: b, Options: o}, "check", "check", l.hub)
+	if ae := (*webdriver.ArgumentError)(nil); errors.As(err, &ae) {
+		return err
+	}
+	return nil
+}
+
 // podSpec builds the pod from the browsers.json entry and the client's
 // options. As for a container, what a client may influence is an explicit
 // allow-list (env, labels, time zone, screen, VNC, hosts entries, DNS
