@@ -708,8 +708,17 @@ func (q *Queue) refuseLocked(r Request, out Outcome, reason Reason) Outcome {
 		ReasonQuota:    "QUEUE_QUOTA",
 	}[reason]
 	waited := out.Waited.Round(time.Millisecond)
+	budget := "budget " + budgetString(out.Budget)
+	if !out.Queued {
+		// Refused without a wait: a budget of 0 here is none, not unbounded.
+		budget = "not queued"
+	}
+	retry := fmt.Sprintf("retry after %ds", int(out.RetryAfter/time.Second))
+	if reason == ReasonDisabled {
+		retry = "no retry-after" // the 500 of -disable-queue carries none (errors.go)
+	}
 	logtag.Event(q.log, slog.LevelInfo, r.ID, tag, out.State, logtag.Duration("waited "+waited.String(), waited),
-		"budget "+budgetString(out.Budget), fmt.Sprintf("retry after %ds", int(out.RetryAfter/time.Second)), logtag.Reason(string(reason), false))
+		budget, retry, logtag.Reason(string(reason), false))
 	return out
 }
 

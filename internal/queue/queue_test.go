@@ -113,8 +113,8 @@ func TestOutcomes(t *testing.T) {
 			if h.metric("websummoner_queue_rejected_total", "reason", "disabled") != 1 || h.metric("websummoner_queue_congested") != 0 {
 				t.Error("metrics")
 			}
-			if !strings.Contains(h.logs.take(), "[QUEUE_DISABLED]") {
-				t.Error("no [QUEUE_DISABLED] line")
+			if l := h.logs.take(); !strings.Contains(l, "[QUEUE_DISABLED]") || !strings.Contains(l, "[not queued] [no retry-after]") {
+				t.Errorf("no [QUEUE_DISABLED] line saying it was not queued and has no Retry-After: %s", l)
 			}
 			a.slot.Release()
 		})
@@ -133,8 +133,8 @@ func TestOutcomes(t *testing.T) {
 			if h.metric("websummoner_queue_rejected_total", "reason", "no_wait") != 1 {
 				t.Error("no_wait not counted")
 			}
-			if !strings.Contains(h.logs.take(), "[QUEUE_NO_WAIT]") {
-				t.Error("no [QUEUE_NO_WAIT] line")
+			if l := h.logs.take(); !strings.Contains(l, "[QUEUE_NO_WAIT]") || !strings.Contains(l, "[not queued]") {
+				t.Errorf("no [QUEUE_NO_WAIT] line saying it was not queued: %s", l)
 			}
 			a.slot.Release()
 		})
