@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net"
@@ -26,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
@@ -468,6 +470,18 @@ func (f *fakeExec) Exec(ctx context.Context, ns, pod, container string, cmd []st
 		return ctx.Err()
 	}
 	return err
+}
+
+// Exec goes over SPDY only when the API server refused the WebSocket
+// upgrade; a command that ran and failed is not run a second time.
+func TestExecFallsBackOnlyWhenRefused(t *testing.T) {
+	refused := fmt.Errorf("exec: %w", &httpstream.UpgradeFailureError{Cause: errors.New("400 Bad Request")})
+	if !fallBack(refused) {
+		t.Error("a refused upgrade is not tried over SPDY")
+	}
+	if fallBack(errors.New("command terminated with exit code 3")) {
+		t.Error("a command that failed would run twice")
+	}
 }
 
 // A video read out of the browser's container, which is the client's, ends

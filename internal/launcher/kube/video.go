@@ -69,11 +69,7 @@ func (e *execer) Exec(ctx context.Context, namespace, pod, container string, cmd
 	if err != nil {
 		return err
 	}
-	// Only a refused upgrade falls back: a command that ran and failed would
-	// otherwise run twice (a video's bytes copied twice into one file).
-	ex, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-	})
+	ex, err := remotecommand.NewFallbackExecutor(ws, spdy, fallBack)
 	if err != nil {
 		return err
 	}
@@ -83,6 +79,14 @@ func (e *execer) Exec(ctx context.Context, namespace, pod, container string, cmd
 		return fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return err
+}
+
+// fallBack says whether an exec over WebSocket failed for the want of it, to
+// be tried again over SPDY. Only a refused upgrade does: a command that ran
+// and failed would otherwise run twice (a video's bytes copied twice into
+// one file).
+func fallBack(err error) bool {
+	return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
 }
 
 // videoFile is the recording's name inside the pod.
