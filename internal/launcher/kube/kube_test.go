@@ -488,21 +488,8 @@ func TestExecFallsBackOnlyWhenRefused(t *testing.T) {
 // within -session-delete-timeout whatever runs there as cat: one that never
 // ended held the session's slot for ever. Nothing of it is kept.
 func TestVideoReadOutIsBounded(t *testing.T) {
-	client, _, port := servingNode(t)
 	videos := t.TempDir()
-	ex := &fakeExec{client: client, cmds: make(chan []string, 4), hang: true}
-	l, err := New(Options{Namespace: "browsers", HubAddresses: []string{}, VideoDir: videos, VideoImage: "websummoner/recorder:1", Exec: ex,
-		Options: launcher.Options{Instance: "test", StartupTimeout: 20 * time.Second, StopTimeout: time.Second}}, client, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	l.Prepare(ctx)
-	inst, err := l.Start(ctx, launcher.Request{ID: "1", Browser: entry("img", port), Options: webdriver.Options{EnableVideo: true, VideoName: "login.mp4"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst, _, _ := recordedSession(t, videos, true, time.Second)
 	inst.SessionCreated("abc", nil)
 	inst.Stop(context.Background()) // as the hub stops it: no deadline of its own
 	if left, _ := os.ReadDir(videos); len(left) != 0 {
@@ -514,22 +501,31 @@ func TestVideoReadOutIsBounded(t *testing.T) {
 	}
 }
 
-func TestVideoRecorderInThePod(t *testing.T) {
+// recordedSession starts a recorded session (video login.mp4 into videos)
+// on a fake node, its exec played by a fakeExec.
+func recordedSession(t *testing.T, videos string, hang bool, stop time.Duration) (launcher.Instance, *fake.Clientset, *fakeExec) {
+	t.Helper()
 	client, _, port := servingNode(t)
-	videos := t.TempDir()
-	ex := &fakeExec{client: client, cmds: make(chan []string, 4)}
+	ex := &fakeExec{client: client, cmds: make(chan []string, 4), hang: hang}
 	l, err := New(Options{Namespace: "browsers", HubAddresses: []string{}, VideoDir: videos, VideoImage: "websummoner/recorder:1", Exec: ex,
-		Options: launcher.Options{Instance: "test", StartupTimeout: 20 * time.Second, StopTimeout: 10 * time.Second}}, client, nil, nil)
+		Options: launcher.Options{Instance: "test", StartupTimeout: 20 * time.Second, StopTimeout: stop}}, client, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	l.Prepare(ctx)
 	inst, err := l.Start(ctx, launcher.Request{ID: "1", Browser: entry("img", port), Options: webdriver.Options{EnableVideo: true, VideoName: "login.mp4"}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return inst, client, ex
+}
+
+func TestVideoRecorderInThePod(t *testing.T) {
+	videos := t.TempDir()
+	inst, client, ex := recordedSession(t, videos, false, 10*time.Second)
+	ctx := context.Background()
 	name, _ := inst.(launcher.Container).ContainerInfo()
 	pod, _ := client.CoreV1().Pods("browsers").Get(ctx, name, metav1.GetOptions{})
 	if len(pod.Spec.Containers) != 2 || pod.Spec.Containers[1].Image != "websummoner/recorder:1" || pod.Spec.Containers[1].ImagePullPolicy != corev1.PullNever {
