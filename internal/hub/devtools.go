@@ -301,7 +301,7 @@ func (h *Hub) bidi(w http.ResponseWriter, r *http.Request) {
 func (h *Hub) proxySocket(w http.ResponseWriter, r *http.Request, s *session.Session, target *url.URL) {
 	path := "/" + strings.TrimPrefix(target.Path, "/") // JoinPath on an empty path leaves it relative
 	// What a session's container or browser answers is the client's.
-	sandboxed(w)
+	sandboxed(w.Header())
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	client := &clientConn{}

@@ -64,15 +64,17 @@ func (h *Hub) downloads(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// sandboxed marks an answer that carries a file a session wrote (a
-// download, its video, its log): whatever its name or its server says it
-// is, a browser that opens it on the hub's origin runs nothing of it and
-// guesses no other type. A page a client's browser downloaded, or a
-// "video" its container made, ran script as the hub (/status, another
-// user's files, an admin's session).
-func sandboxed(w http.ResponseWriter) {
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Content-Security-Policy", "sandbox; default-src 'none'")
+// sandboxed marks an answer a session's container, browser or driver made
+// (the container is the client's): whatever it says it is, a browser that
+// opens it on the hub's origin runs nothing of it and guesses no other
+// type. A page a client's browser downloaded, or a "video" its container
+// made, ran script as the hub (/status, another user's files, an admin's
+// session). Files the hub serves itself (serveDir) get the same.
+func sandboxed(h http.Header) {
+	h.Set("X-Content-Type-Options", "nosniff")
+	// Downloads allowed: a file server's listing is such a page, and its
+	// links are downloads.
+	h.Set("Content-Security-Policy", "sandbox allow-downloads; default-src 'none'")
 }
 
 // fileKind says what a served directory holds: its files' noun in errors,
@@ -81,8 +83,6 @@ func sandboxed(w http.ResponseWriter) {
 type fileKind struct {
 	noun   string
 	inline bool
-	// contentType, if set, is every file's type, whatever its name.
-	contentType string
 	// ownSuffix ends the name a session's file is kept under by default,
 	// after its id: its owner's to fetch and remove.
 	ownSuffix     string
@@ -93,10 +93,10 @@ type fileKind struct {
 
 var (
 	downloadFiles = fileKind{noun: "downloaded file"}
-	logFiles      = fileKind{noun: "log file", contentType: "text/plain; charset=utf-8", nameExplained: `names have no path, no ".."`, ownSuffix: ".log",
+	logFiles      = fileKind{noun: "log file", nameExplained: `names have no path, no ".."`, ownSuffix: ".log",
 		forAdmins: "session log files are served to -admin-users only, and each to its session's owner as {session-id}.log (not under a logName); follow your live session at /logs/{session-id}",
 		noneKept:  "no session logs are kept: start the hub with -log-output-dir (and enableLog, or -save-all-logs)"}
-	videoFiles = fileKind{noun: "video", inline: true, contentType: "video/mp4", nameExplained: `names have no path and do not start with "."`, ownSuffix: ".mp4",
+	videoFiles = fileKind{noun: "video", inline: true, nameExplained: `names have no path and do not start with "."`, ownSuffix: ".mp4",
 		forAdmins: "videos are served to -admin-users only, and each to its session's owner as {session-id}.mp4 (not under a videoName)",
 		noneKept:  "no videos are kept: this hub records none (-video-output-dir is unset or not writable, or it runs with -disable-docker)"}
 )
@@ -190,10 +190,18 @@ func serveDir(w http.ResponseWriter, r *http.Request, dir, name string, kind fil
 			disposition = "inline"
 		}
 		w.Header().Set("Content-Disposition", disposition+"; filename*=UTF-8''"+url.PathEscape(name))
-		if kind.contentType != "" {
-			w.Header().Set("Content-Type", kind.contentType)
+		csp := "sandbox; default-src 'none'"
+		switch kind.noun {
+		case videoFiles.noun:
+			// The format the recorder wrote for this name; and a video
+			// opened on its own plays (its page loads its media from itself).
+			w.Header().Set("Content-Type", launcher.RecordingType(name))
+			csp += "; media-src 'self'"
+		case logFiles.noun:
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		}
-		sandboxed(w)
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Security-Policy", csp)
 		http.ServeContent(w, r, name, st.ModTime(), f)
 	case http.MethodDelete:
 		if st, err := os.Lstat(path); err != nil || !st.Mode().IsRegular() || os.Remove(path) != nil {

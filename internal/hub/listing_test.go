@@ -111,8 +111,13 @@ func TestSessionFilesRunNothingOnTheHubsOrigin(t *testing.T) {
 	files.Store(proxied)
 	_, body = f.do("POST", "/session", w3cChrome)
 	id2 := body["value"].(map[string]any)["sessionId"].(string)
+	if err := os.WriteFile(filepath.Join(dir, "run.webm"), []byte(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for path, wantType := range map[string]string{
+		"/session/" + id + "/url":         "",
 		"/video/report.html":              "video/mp4",
+		"/video/run.webm":                 "video/webm",
 		"/logs/report.html":               "text/plain; charset=utf-8",
 		"/download/" + id + "/page.html":  "",
 		"/download/" + id2 + "/page.html": "",

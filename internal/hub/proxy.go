@@ -164,11 +164,14 @@ func sizeBody(w http.ResponseWriter, r *http.Request) bool {
 
 // modifyResponse is the proxy's ModifyResponse: it notes a driver's answer
 // that ends the session (lastWindow, driverEnded). Every answer passes on
-// unchanged.
+// with its status and body unchanged, sandboxed.
 func (h *Hub) modifyResponse(resp *http.Response) error {
 	if resp.Request == nil {
 		return nil
 	}
+	// The driver's port is in the client's container: what answers there
+	// may be anything, opened on the hub's origin.
+	sandboxed(resp.Header)
 	if resp.StatusCode == http.StatusNotFound {
 		return h.driverEnded(resp)
 	}

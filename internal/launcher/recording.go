@@ -19,3 +19,19 @@ func RecordingFile(videoName string) string {
 	}
 	return "video.mp4"
 }
+
+// RecordingType is the media type of a kept video named name: the format
+// RecordingFile had the recorder write for it.
+func RecordingType(name string) string {
+	switch path.Ext(RecordingFile(name)) {
+	case ".webm":
+		return "video/webm"
+	case ".mkv":
+		return "video/x-matroska"
+	case ".mov":
+		return "video/quicktime"
+	case ".avi":
+		return "video/x-msvideo"
+	}
+	return "video/mp4"
+}
