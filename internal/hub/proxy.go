@@ -72,8 +72,12 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 			return
 		}
 		defer sent()
-	} else if r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody && !sizeBody(w, r) {
-		return
+	} else if r.ContentLength < 0 && r.Body != nil && r.Body != http.NoBody {
+		read, ok := h.sizeBody(w, r)
+		if !ok {
+			return
+		}
+		defer read()
 	}
 	s, ok := h.beginID(w, r, id)
 	if !ok {
@@ -132,34 +136,60 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 
 type lastWindowKey struct{}
 
-// maxUnsizedCommand bounds a command body sent without its length (chunked,
-// or HTTP/2 without Content-Length). Drivers take bodies of known length
-// only (chromedriver drops a chunked one unanswered), so the hub reads such
-// a body whole first; it holds it as it holds a new-session body's free part.
-const maxUnsizedCommand = freeBody
-
-// sizeBody reads a command body of unknown length whole and gives the
-// request its length, before the session is held (a slow body is bounded
-// by -body-read-timeout). It reports whether the request may go on; if not,
-// it has answered.
-func sizeBody(w http.ResponseWriter, r *http.Request) bool {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxUnsizedCommand+1))
+// sizeBody reads a command body sent without its length (chunked, or
+// HTTP/2 without Content-Length) whole, and gives the request its length:
+// drivers take bodies of known length only (chromedriver drops a chunked
+// one unanswered). It runs before the session is held (a slow body is
+// bounded by -body-read-timeout). The first 64 KiB are read freely, as a
+// new-session body's; a larger body takes a share of the same read budget,
+// up to MaxNewSessionBody, held until the returned function is called (once
+// the driver has it). It reports whether the request may go on; if not, it
+// has answered.
+func (h *Hub) sizeBody(w http.ResponseWriter, r *http.Request) (func(), bool) {
+	give := func() {}
+	body, err := io.ReadAll(io.LimitReader(r.Body, freeBody+1))
+	if err == nil && len(body) > freeBody {
+		clock, _ := r.Body.(bodyClock)
+		if clock != nil {
+			clock.PauseTimeout()
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), parseWait)
+		give, err = h.reads.take(ctx, userOf(r), MaxNewSessionBody)
+		cancel()
+		if clock != nil {
+			clock.RestartTimeout()
+		}
+		if err != nil {
+			_ = r.Body.Close()
+			if r.Context().Err() == nil {
+				w.Header().Set("Retry-After", "10")
+				webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnknownError,
+					fmt.Sprintf("%s %s came without Content-Length, and the hub reads such a body whole first: it is reading as many large bodies as it holds at once (%d MiB), and this one found no turn within %v; send it with Content-Length, or again", r.Method, r.URL.Path, readBudget>>20, parseWait))
+			}
+			return nil, false
+		}
+		var more []byte
+		more, err = io.ReadAll(io.LimitReader(r.Body, MaxNewSessionBody+1-int64(len(body))))
+		body = append(body, more...)
+	}
 	_ = r.Body.Close()
 	switch {
 	case err != nil:
+		give()
 		if r.Context().Err() == nil {
 			webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument,
 				fmt.Sprintf("the body of %s %s broke off: %v; send it whole", r.Method, r.URL.Path, err))
 		}
-		return false
-	case len(body) > maxUnsizedCommand:
+		return nil, false
+	case len(body) > MaxNewSessionBody:
+		give()
 		webdriver.WriteError(w, http.StatusRequestEntityTooLarge, webdriver.ErrInvalidArgument,
-			fmt.Sprintf("%s %s came without Content-Length (chunked) and is over %d KiB: the hub reads such a body whole to tell the driver its length, up to that bound; send it with Content-Length", r.Method, r.URL.Path, maxUnsizedCommand>>10))
-		return false
+			fmt.Sprintf("%s %s came without Content-Length (chunked) and is over %d MiB: the hub reads such a body whole to tell the driver its length, up to that bound; send it with Content-Length", r.Method, r.URL.Path, MaxNewSessionBody>>20))
+		return nil, false
 	}
 	r.Body, r.ContentLength, r.TransferEncoding = io.NopCloser(bytes.NewReader(body)), int64(len(body)), nil
 	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	return true
+	return give, true
 }
 
 // modifyResponse is the proxy's ModifyResponse: it notes a driver's answer

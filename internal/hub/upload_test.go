@@ -378,7 +378,8 @@ func TestUploadBudgetReturnsWhenWritten(t *testing.T) {
 // A body sent without its length (chunked over HTTP/1.1, or HTTP/2 without
 // Content-Length) reaches the driver with its length: chromedriver drops a
 // chunked request unanswered, which the client saw as a 500. A command's is
-// read whole up to maxUnsizedCommand, then refused with a W3C 413; an
+// read whole, its first 64 KiB freely and up to MaxNewSessionBody within a
+// share of the read budget, then refused with a W3C 413; an
 // upload's, checked whole anyway, is sent on with the length it has.
 func TestUnsizedBodiesReachTheDriverSized(t *testing.T) {
 	type got struct {
@@ -432,8 +433,17 @@ func TestUnsizedBodiesReachTheDriverSized(t *testing.T) {
 	if g := <-reached; !strings.HasSuffix(g.path, "/file") || g.cl != int64(len(up)) {
 		t.Fatalf("the driver got %+v, want the upload with its length %d", g, len(up))
 	}
-	big := `{"script":"return 1","args":["` + strings.Repeat("x", 64<<10) + `"]}`
-	resp, v := chunked("/session/"+id+"/execute/sync", big)
+	// Past the first 64 KiB, within a share of the read budget (a script
+	// library such as axe-core is half a megabyte).
+	big := `{"script":"return 1","args":["` + strings.Repeat("x", 512<<10) + `"]}`
+	if resp, v := chunked("/session/"+id+"/execute/sync", big); resp.StatusCode != 200 {
+		t.Fatalf("a large chunked command: %d %v", resp.StatusCode, v)
+	}
+	if g := <-reached; g.cl != int64(len(big)) {
+		t.Fatalf("the driver got %d bytes as its length, want %d", g.cl, len(big))
+	}
+	huge := `{"script":"return 1","args":["` + strings.Repeat("x", MaxNewSessionBody) + `"]}`
+	resp, v := chunked("/session/"+id+"/execute/sync", huge)
 	if e, m := errOf(v); resp.StatusCode != http.StatusRequestEntityTooLarge || e != "invalid argument" || !strings.Contains(m, "Content-Length") {
 		t.Fatalf("chunked command over the bound: %d %v", resp.StatusCode, v)
 	}
@@ -442,9 +452,11 @@ func TestUnsizedBodiesReachTheDriverSized(t *testing.T) {
 		t.Fatalf("the refused command reached the driver: %s", g.path)
 	default:
 	}
-	if resp, v := f.do("POST", "/session/"+id+"/execute/sync", big); resp.StatusCode != 200 {
-		t.Fatalf("the same body with its length: %d %v", resp.StatusCode, v)
+	// Every share of the read budget came back.
+	if give := f.hub.reads.tryTake("", readBudget); give == nil {
+		t.Fatal("the read budget is still held")
+	} else {
+		give()
 	}
-	<-reached
 	f.do("DELETE", "/session/"+id, "")
 }
