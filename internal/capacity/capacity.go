@@ -76,7 +76,7 @@ type Gate struct {
 	// successful start latencies, absent until its first; one browser's
 	// normal start may be many times another's, and a shared baseline took
 	// the slower one's for congestion and held the gate at 1.
-	baselines map[string]time.Duration
+	baselines map[string]kindBaseline
 	latest    time.Duration // the baseline of the kind last started, for Stats
 
 	// the current latency window
@@ -159,7 +159,7 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Gate, e
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	g := &Gate{opts: opts, log: logger, healthy: true, ssthresh: opts.Limit, step: 1, winStart: time.Now(), baselines: map[string]time.Duration{}}
+	g := &Gate{opts: opts, log: logger, healthy: true, ssthresh: opts.Limit, step: 1, winStart: time.Now(), baselines: map[string]kindBaseline{}}
 	switch opts.Mode {
 	case Adaptive:
 		g.limit = opts.Initial
@@ -262,14 +262,28 @@ func (g *Gate) FinishStart(cost int, kind string, o queue.StartOutcome, latency 
 }
 
 // window is the latency window: about one baseline start, within bounds.
-// With several kinds of start, one start of the slowest.
-func (g *Gate) windowLocked() time.Duration {
+// With several kinds of start, one start of the slowest of those started
+// lately: a browser started once long ago does not hold every window at its
+// length.
+func (g *Gate) windowLocked(now time.Time) time.Duration {
 	var slowest time.Duration
 	for _, b := range g.baselines {
-		slowest = max(slowest, b)
+		if now.Sub(b.at) <= kindRecent*g.opts.MaxWindow {
+			slowest = max(slowest, b.d)
+		}
 	}
 	return min(max(slowest, g.opts.MinWindow), g.opts.MaxWindow)
 }
+
+// kindBaseline is one kind's baseline and when a start of it last ended.
+type kindBaseline struct {
+	d  time.Duration
+	at time.Time
+}
+
+// kindRecent is how many of the longest windows a kind's baseline weighs in
+// the window after its last start.
+const kindRecent = 4
 
 // maxKinds bounds the baselines kept: one per browsers.json entry started,
 // which reloads can change; past it, the kind's start has no baseline yet.
@@ -296,7 +310,8 @@ func (g *Gate) observeLocked(now time.Time, kind string, o queue.StartOutcome, l
 		}
 		return ""
 	}
-	baseline, known := g.baselines[kind]
+	kb, known := g.baselines[kind]
+	baseline := kb.d
 	slow := known && float64(latency) > g.opts.SlowFactor*float64(baseline)
 	// The baseline moves slowly (1/8 per sample) towards successes that say what
 	// the host can do: any not far above it, and any start that ran alone, slow
@@ -313,7 +328,7 @@ func (g *Gate) observeLocked(now time.Time, kind string, o queue.StartOutcome, l
 	case alone || latency <= 2*baseline:
 		baseline += (latency - baseline) / 8
 	}
-	g.baselines[kind], g.latest = baseline, baseline
+	g.baselines[kind], g.latest = kindBaseline{d: baseline, at: now}, baseline
 	g.winOK++
 	if slow {
 		g.winSlow++
@@ -322,7 +337,7 @@ func (g *Gate) observeLocked(now time.Time, kind string, o queue.StartOutcome, l
 		}
 		return ""
 	}
-	if now.Sub(g.winStart) < g.windowLocked() {
+	if now.Sub(g.winStart) < g.windowLocked(now) {
 		return ""
 	}
 	// A window closed: grow if it was healthy and the gate was actually in use.
@@ -361,7 +376,7 @@ func (g *Gate) observeLocked(now time.Time, kind string, o queue.StartOutcome, l
 // mayCutLocked allows one cut per window, and none for a start that began before
 // the last cut: it reports the overload that cut already answered.
 func (g *Gate) mayCutLocked(now time.Time, latency time.Duration) bool {
-	return now.Sub(g.lastCut) >= g.windowLocked() && !now.Add(-latency).Before(g.lastCut)
+	return now.Sub(g.lastCut) >= g.windowLocked(now) && !now.Add(-latency).Before(g.lastCut)
 }
 
 // holdWindows is how many healthy windows the gate stays just below a limit where

@@ -435,3 +435,33 @@ func TestKindsHaveTheirOwnBaselines(t *testing.T) {
 		}
 	})
 }
+
+// The window is one start of the slowest kind started lately: a browser
+// started once long ago no longer holds every window at its length (the
+// gate grew and cut once per 30 s for every browser after one slow start).
+func TestWindowForgetsKindsNotStartedLately(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, err := New(Options{Limit: 8}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := func(kind string, latency time.Duration) {
+			if !g.TryStart(1) {
+				t.Fatal("no permit")
+			}
+			g.FinishStart(1, kind, queue.StartSucceeded, latency)
+		}
+		start("slow 1", 20*time.Second)
+		start("fast 1", 100*time.Millisecond)
+		if w := g.windowLocked(time.Now()); w != 20*time.Second {
+			t.Fatalf("window %v right after the slow start, want its 20s", w)
+		}
+		for range 130 {
+			time.Sleep(time.Second)
+			start("fast 1", 100*time.Millisecond)
+		}
+		if w := g.windowLocked(time.Now()); w != 500*time.Millisecond {
+			t.Fatalf("window %v two minutes after the slow kind's last start, want the fast kind's (the 500ms floor)", w)
+		}
+	})
+}

@@ -238,7 +238,9 @@ func TestCheckOptions(t *testing.T) {
 	if err := l.CheckOptions(entry("img", ""), webdriver.Options{ContainerHostname: "MyHost"}); err == nil {
 		t.Error("containerHostname MyHost passed")
 	}
-	if err := l.CheckOptions(entry("img", ""), webdriver.Options{ContainerHostname: "my-host", Env: []string{"A=$(B)"}}); err != nil {
+	// IPv6 not in its shortest form is an address the API server takes.
+	if err := l.CheckOptions(entry("img", ""), webdriver.Options{ContainerHostname: "my-host", Env: []string{"A=$(B)"},
+		DNSServers: []string{"2001:4860:4860:0:0:0:0:8888"}, HostsEntries: []string{"db:2001:db8:0:0:0:0:0:1"}}); err != nil {
 		t.Errorf("good options refused: %v", err)
 	}
 	if err := l.CheckOptions(entry("img", "not-a-port"), webdriver.Options{}); err != nil {

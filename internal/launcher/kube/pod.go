@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strconv"
@@ -125,7 +126,9 @@ func cleanLabel(s string) string {
 // could not be made with (Kubernetes would refuse them): the same checks
 // Start makes, answered without a wait for a slot.
 func (l *Launcher) CheckOptions(b config.Resolved, o webdriver.Options) error {
-	_, err := l.podSpec(launcher.Request{ID: "check", Browser: b, Options: o}, "check", "check", l.hub)
+	// Silent: what a start would log of the options (an unknown time
+	// zone), the start logs under the request's own id.
+	_, err := l.buildPod(launcher.Request{ID: "check", Browser: b, Options: o}, "check", "check", l.hub, slog.New(slog.DiscardHandler))
 	if ae := (*webdriver.ArgumentError)(nil); errors.As(err, &ae) {
 		return err
 	}
@@ -139,6 +142,11 @@ func (l *Launcher) CheckOptions(b config.Resolved, o webdriver.Options) error {
 // operator's configuration only, and the pod gets no credentials of the
 // cluster's (no service account token) and no environment of its services.
 func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string) (*corev1.Pod, error) {
+	return l.buildPod(r, name, session, hub, l.log)
+}
+
+// buildPod is podSpec, logging to log.
+func (l *Launcher) buildPod(r launcher.Request, name, session string, hub string, log *slog.Logger) (*corev1.Pod, error) {
 	b, o := r.Browser.Browser, r.Options
 	if o.EnableVideo && (l.opts.VideoDir == "" || l.opts.VideoImage == "" || l.opts.Exec == nil) {
 		return nil, errors.New("enableVideo needs -video-output-dir, a directory the hub could create and write at start (a [INIT] warning says why not), and -video-recorder-image on this hub")
@@ -197,7 +205,7 @@ func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string)
 			browser.Ports = append(browser.Ports, corev1.ContainerPort{Name: s.name, ContainerPort: s.port, Protocol: corev1.ProtocolTCP})
 		}
 	}
-	for _, kv := range launcher.ContainerEnv(r, l.opts.TimeZone, l.log) {
+	for _, kv := range launcher.ContainerEnv(r, l.opts.TimeZone, log) {
 		k, v, _ := strings.Cut(kv, "=")
 		// Literal, as Docker passes it: Kubernetes would expand $(NAME) to
 		// another variable's value and $$ to $.
@@ -231,13 +239,13 @@ func (l *Launcher) podSpec(r launcher.Request, name, session string, hub string)
 		}
 	}
 	for _, s := range o.DNSServers {
-		if len(validation.IsValidIP(nil, s)) > 0 {
+		if len(validation.IsValidIPForLegacyField(nil, s, true, nil)) > 0 {
 			return nil, &webdriver.ArgumentError{Msg: fmt.Sprintf("dnsServers %q is not an address a pod takes (Kubernetes refuses, among others, IPv4-mapped IPv6 addresses)", s)}
 		}
 	}
 	for _, e := range o.HostsEntries {
 		host, ip, _ := strings.Cut(e, ":")
-		if ip != "host-gateway" && len(validation.IsValidIP(nil, ip)) > 0 {
+		if ip != "host-gateway" && len(validation.IsValidIPForLegacyField(nil, ip, true, nil)) > 0 {
 			return nil, &webdriver.ArgumentError{Msg: fmt.Sprintf("hostsEntries %q: %q is not an address a pod's host aliases take (Kubernetes refuses, among others, IPv4-mapped IPv6 addresses)", e, ip)}
 		}
 		if len(validation.IsDNS1123Subdomain(host)) > 0 {
@@ -371,7 +379,7 @@ func hostAliases(entries []string) ([]corev1.HostAlias, error) {
 		if !ok || host == "" || ip == "" {
 			return nil, fmt.Errorf("hosts entry %q is not host:ip", e)
 		}
-		if len(validation.IsValidIP(nil, ip)) > 0 {
+		if len(validation.IsValidIPForLegacyField(nil, ip, true, nil)) > 0 {
 			return nil, fmt.Errorf("hosts entry %q: %q is not an IP address (Kubernetes' hostAliases take addresses only)", e, ip)
 		}
 		if k, ok := at[ip]; ok {
