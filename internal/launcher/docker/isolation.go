@@ -80,7 +80,40 @@ func (l *Launcher) gatewayOf(ctx context.Context, name string) (string, error) {
 			return c.Gateway, nil
 		}
 	}
+	// Older engines give Docker's default bridge no gateway in its IPAM
+	// (only a subnet): its gateway is the address of its interface
+	// (docker0) on this host, within the subnet.
+	if ifname := info.Options["com.docker.network.bridge.name"]; ifname != "" {
+		if gw := bridgeAddress(ifname, info.IPAM.Config); gw != "" {
+			return gw, nil
+		}
+	}
 	return "", fmt.Errorf("network %q has no IPv4 gateway", name)
+}
+
+// bridgeAddress is the IPv4 address that the host interface ifname has in
+// one of the subnets; "" for none (an engine on another host).
+func bridgeAddress(ifname string, subnets []network.IPAMConfig) string {
+	iface, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return ""
+	}
+	addrs, err := iface.Addrs()
+	if err != nil {
+		return ""
+	}
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok || ipn.IP.To4() == nil {
+			continue
+		}
+		for _, c := range subnets {
+			if _, sub, err := net.ParseCIDR(c.Subnet); err == nil && sub.Contains(ipn.IP) {
+				return ipn.IP.String()
+			}
+		}
+	}
+	return ""
 }
 
 // hubAddresses are the addresses the hub's connections to a container on
