@@ -436,6 +436,9 @@ func (h *Hub) admit(c *creation) error {
 // start launches the browser and creates the driver's session, up to
 // -retry-count times, and tells the start gate how it went.
 func (h *Hub) start(c *creation) error {
+	// /ping's numRequests counts a new session as Selenoid does: once past
+	// the queue (refused or gone while waiting, it is not counted).
+	h.requests.Add(1)
 	h.pending.Add(1)
 	defer h.pending.Add(-1)
 	// The end of the grace period ends a start under way (Drain): its

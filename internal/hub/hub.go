@@ -299,7 +299,7 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if clean, ok := selenoidPath(r.URL.EscapedPath()); !ok {
 		r = withPath(r, clean)
 	}
-	if !monitoring[r.URL.Path] {
+	if !monitoring[r.URL.Path] && !isNewSession(r) { // a new session counts once admitted (start)
 		h.requests.Add(1)
 	}
 	if h.opts.Auth != nil && h.opts.Auth.Enabled() && !openPaths[r.URL.Path] {
@@ -325,6 +325,11 @@ func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Selenoid counts none of them: what dashboards and probes poll would
 // swamp what clients ask.
 var monitoring = map[string]bool{"/ping": true, "/status": true, "/wd/hub/status": true, "/healthz": true, "/readyz": true, "/metrics": true, "/ui/state": true}
+
+// isNewSession reports a new-session request.
+func isNewSession(r *http.Request) bool {
+	return r.Method == http.MethodPost && (r.URL.Path == "/session" || r.URL.Path == "/wd/hub/session")
+}
 
 // openPaths are served without authentication: probes and Prometheus's scrape.
 var openPaths = map[string]bool{"/metrics": true, "/ping": true, "/healthz": true, "/readyz": true}

@@ -574,6 +574,17 @@ func TestStatusEndpoints(t *testing.T) {
 	if _, again := f.do("GET", "/ping", ""); again["numRequests"].(float64) != ping["numRequests"].(float64)+1 {
 		t.Fatalf("numRequests %v after a command, was %v", again["numRequests"], ping["numRequests"])
 	}
+	// A new session refused before it passed the queue (every slot busy,
+	// no wait) is not counted, as Selenoid counts none.
+	_, second := f.do("POST", "/session", w3cChrome) // both slots busy
+	_, before := f.do("GET", "/ping", "")
+	if resp, _ := f.do("POST", "/session", w3cChrome, "X-Selenoid-No-Wait", ""); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("no-wait on a full grid: %d", resp.StatusCode)
+	}
+	if _, after := f.do("GET", "/ping", ""); after["numRequests"] != before["numRequests"] {
+		t.Fatalf("numRequests %v after a refused no-wait request, was %v", after["numRequests"], before["numRequests"])
+	}
+	f.do("DELETE", "/session/"+second["value"].(map[string]any)["sessionId"].(string), "")
 	if resp, _ := f.do("GET", "/healthz", ""); resp.StatusCode != 200 {
 		t.Fatal("healthz")
 	}
