@@ -93,7 +93,7 @@ type fileKind struct {
 
 var (
 	downloadFiles = fileKind{noun: "downloaded file"}
-	logFiles      = fileKind{noun: "log file", nameExplained: `names have no path, no ".."`, ownSuffix: ".log",
+	logFiles      = fileKind{noun: "log file", inline: true, nameExplained: `names have no path, no ".."`, ownSuffix: ".log",
 		forAdmins: "session log files are served to -admin-users only, and each to its session's owner as {session-id}.log (not under a logName); follow your live session at /logs/{session-id}",
 		noneKept:  "no session logs are kept: start the hub with -log-output-dir (and enableLog, or -save-all-logs)"}
 	videoFiles = fileKind{noun: "video", inline: true, nameExplained: `names have no path and do not start with "."`, ownSuffix: ".mp4",

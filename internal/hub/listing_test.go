@@ -137,6 +137,10 @@ func TestSessionFilesRunNothingOnTheHubsOrigin(t *testing.T) {
 		if wantType != "" && resp.Header.Get("Content-Type") != wantType {
 			t.Errorf("%s is %q, want %q", path, resp.Header.Get("Content-Type"), wantType)
 		}
+		// A video and a kept log are shown in the browser, as Selenoid shows them.
+		if d := resp.Header.Get("Content-Disposition"); wantType != "" && !strings.HasPrefix(d, "inline") {
+			t.Errorf("%s is served %q, want inline", path, d)
+		}
 	}
 }
 
