@@ -148,7 +148,7 @@ func TestDockerScreenAndVNC(t *testing.T) {
 	if got := fmt.Sprint(execute(t, d.url, plain, "return [screen.width, screen.height]")); got != "[1920 1080]" {
 		t.Fatalf("default screen %s, want [1920 1080]", got)
 	}
-	if r := call(t, "GET", d.url+"/vnc/"+plain, ""); r.status != 404 || !strings.Contains(r.Value.Message, "enableVNC") {
+	if r := call(t, "GET", d.url+"/vnc/"+plain, ""); r.status != 500 || !strings.Contains(r.Value.Message, "enableVNC") {
 		t.Fatalf("/vnc/ of a session without enableVNC: %d %q", r.status, r.Value.Message)
 	}
 	if s := statusSessionOf(t, d.hub, plain); s["vnc"] != false {

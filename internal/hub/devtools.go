@@ -52,12 +52,12 @@ func (h *Hub) devtools(w http.ResponseWriter, r *http.Request) {
 	h.sessions.Done(s)
 	dt := s.Endpoints().DevTools
 	if s.WebKit {
-		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation,
+		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnsupportedOperation,
 			fmt.Sprintf("session %s is WebKit (%s), which has no DevTools endpoint: CDP is Chromium's; drive it through WebDriver", s.ID, s.Browser))
 		return
 	}
 	if dt == nil {
-		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation,
+		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnsupportedOperation,
 			fmt.Sprintf("session %s has no DevTools: its browser does not report a debugger address, or its image does not serve DevTools on port 7070", s.ID))
 		return
 	}
@@ -178,7 +178,7 @@ func (h *Hub) devtoolsJSON(w http.ResponseWriter, r *http.Request, s *session.Se
 	if errors.Is(err, errAerokubeDevTools) {
 		// It answered, with no JSON: there is nothing to pass on (Selenoid
 		// passes its empty 200), and the browser is not down.
-		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation,
+		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnsupportedOperation,
 			fmt.Sprintf("session %s's image runs aerokube's devtools, which has no /%s: open a WebSocket to /devtools/%s/browser or /devtools/%s/page instead", s.ID, path, s.ID, s.ID))
 		return
 	}
@@ -284,7 +284,7 @@ func (h *Hub) bidi(w http.ResponseWriter, r *http.Request) {
 	}
 	h.sessions.Done(s) // as for DevTools: the socket's traffic keeps the session alive
 	if s.BiDiPath == "" {
-		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation,
+		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnsupportedOperation,
 			fmt.Sprintf("session %s has no WebDriver BiDi socket: ask for it with the capability \"webSocketUrl\": true", s.ID))
 		return
 	}

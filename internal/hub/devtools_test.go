@@ -160,11 +160,11 @@ func TestDevToolsThroughHub(t *testing.T) {
 		t.Fatal("se:cdp for a session without DevTools")
 	}
 	resp, body = f.do("GET", "/devtools/"+id+"/browser", "")
-	if code, msg := errOf(body); resp.StatusCode != 404 || code != "unsupported operation" || !strings.Contains(msg, "port 7070") {
+	if code, msg := errOf(body); resp.StatusCode != 500 || code != "unsupported operation" || !strings.Contains(msg, "port 7070") {
 		t.Fatalf("no DevTools: %d %q %q", resp.StatusCode, code, msg)
 	}
 	resp, body = f.do("GET", "/session/"+id+"/se/bidi", "")
-	if code, msg := errOf(body); resp.StatusCode != 404 || !strings.Contains(msg, "webSocketUrl") {
+	if code, msg := errOf(body); resp.StatusCode != 500 || code != "unsupported operation" || !strings.Contains(msg, "webSocketUrl") {
 		t.Fatalf("no BiDi: %d %q %q", resp.StatusCode, code, msg)
 	}
 	f.do("DELETE", "/session/"+id, "")
@@ -183,7 +183,7 @@ func TestAerokubeDevToolsHasNoJSON(t *testing.T) {
 	id := body["value"].(map[string]any)["sessionId"].(string)
 	for _, p := range []string{"json/version", "json/list"} {
 		resp, body := f.do("GET", "/devtools/"+id+"/"+p, "")
-		if code, msg := errOf(body); resp.StatusCode != 404 || code != "unsupported operation" || !strings.Contains(msg, "/devtools/"+id+"/browser") {
+		if code, msg := errOf(body); resp.StatusCode != 500 || code != "unsupported operation" || !strings.Contains(msg, "/devtools/"+id+"/browser") {
 			t.Errorf("%s: %d %q %q", p, resp.StatusCode, code, msg)
 		}
 	}

@@ -51,7 +51,7 @@ func (h *Hub) downloads(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case files == nil:
-		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation,
+		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnsupportedOperation,
 			fmt.Sprintf("session %s has no downloads: its image does not serve files on port 8080", s.ID))
 	case files.Scheme == "file":
 		serveDir(w, r, files.Path, name, downloadFiles)
@@ -123,7 +123,7 @@ func (h *Hub) serveKept(w http.ResponseWriter, r *http.Request, dir, name string
 		return
 	}
 	if dir == "" {
-		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation, kind.noneKept)
+		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnsupportedOperation, kind.noneKept)
 		return
 	}
 	serveDir(w, r, dir, name, kind)
@@ -264,7 +264,7 @@ func (h *Hub) gridFiles(w http.ResponseWriter, r *http.Request) {
 	defer h.sessions.Done(s)
 	files := s.Endpoints().Files
 	if files == nil || files.Scheme != "file" {
-		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation,
+		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnsupportedOperation,
 			fmt.Sprintf("session %s: Grid's managed downloads are served for local drivers; use /download/%s/ for containers", s.ID, s.ID))
 		return
 	}

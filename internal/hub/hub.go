@@ -453,7 +453,7 @@ func (h *Hub) routes() *mux.Router {
 	r.HandleFunc("/clipboard/{id}/", h.clipboard)
 	r.HandleFunc("/vnc/{id}", h.vnc)
 	r.Handle("/ui", http.RedirectHandler("/ui/", http.StatusMovedPermanently)).Methods(http.MethodGet)
-	r.HandleFunc("/ui/state", h.uiState).Methods(http.MethodGet)
+	r.HandleFunc("/ui/state", h.uiState).Methods(http.MethodGet, http.MethodHead)
 	r.PathPrefix("/ui/").Handler(h.uiStatic()).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/video", toListing).Methods(http.MethodGet, http.MethodHead)
 	r.HandleFunc("/video/", h.video)

@@ -58,7 +58,7 @@ func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {
 	h.sessions.Done(s) // a viewer is not a client: an open view must not hold the session and its slot
 	src := s.Endpoints().Log
 	if src == nil {
-		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation, fmt.Sprintf("session %s has no live output to follow", id))
+		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnsupportedOperation, fmt.Sprintf("session %s has no live output to follow", id))
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())

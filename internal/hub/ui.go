@@ -2,13 +2,16 @@ package hub
 
 import (
 	"embed"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"net/url"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
 // The status page at /ui/: static files embedded in the binary (no build step,
@@ -24,9 +27,37 @@ var uiFiles embed.FS
 // counts are always whole.
 const uiMaxSessions = 1000
 
+// uiPolicy is the status page's Content-Security-Policy: its own script,
+// style and state only. The page shows names clients chose (a session's
+// name, a tenant); were one ever to slip past the page's escaping, it could
+// run nothing, load nothing and send nothing elsewhere, and no other site
+// can frame the page to click through it.
+const uiPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; " +
+	"frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+
 func (h *Hub) uiStatic() http.Handler {
 	sub, _ := fs.Sub(uiFiles, "ui")
-	return http.StripPrefix("/ui/", http.FileServer(http.FS(sub)))
+	files := http.StripPrefix("/ui/", http.FileServer(http.FS(sub)))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := strings.TrimPrefix(r.URL.Path, "/ui/")
+		if name == "" {
+			name = "."
+		}
+		if _, err := fs.Stat(sub, name); err != nil {
+			// The file server's own 404 is Go's plain text.
+			webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnknownCommand,
+				fmt.Sprintf("the status page has no %s; it is at /ui/", r.URL.Path))
+			return
+		}
+		uiHeaders(w.Header())
+		files.ServeHTTP(w, r)
+	})
+}
+
+// uiHeaders sets the status page's policy on one of its answers.
+func uiHeaders(h http.Header) {
+	h.Set("Content-Security-Policy", uiPolicy)
+	h.Set("X-Content-Type-Options", "nosniff")
 }
 
 // uiSession is one live session as the page shows it.
@@ -43,6 +74,7 @@ type uiSession struct {
 
 // uiState is GET /ui/state: everything the page shows, computed now.
 func (h *Hub) uiState(w http.ResponseWriter, r *http.Request) {
+	uiHeaders(w.Header())
 	st := h.queue.Stats()
 	o := h.queue.Options()
 	now := time.Now()

@@ -59,6 +59,31 @@ func TestStatusPageState(t *testing.T) {
 	as(t, f, "alice", "DELETE", "/session/"+id, "")
 }
 
+// The page runs its own script only, whatever a name on it holds, and a
+// path it does not have is a W3C error, as everywhere on the hub.
+func TestStatusPagePolicy(t *testing.T) {
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	for _, c := range []struct{ method, path string }{{"GET", "/ui/"}, {"GET", "/ui/app.js"}, {"HEAD", "/ui/style.css"}, {"GET", "/ui/state"}, {"HEAD", "/ui/state"}} {
+		req, _ := http.NewRequest(c.method, f.srv.URL+c.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		csp := resp.Header.Get("Content-Security-Policy")
+		if resp.StatusCode != 200 || !strings.Contains(csp, "default-src 'none'") || !strings.Contains(csp, "script-src 'self'") ||
+			!strings.Contains(csp, "frame-ancestors 'none'") || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s %s: %d, policy %q, nosniff %q", c.method, c.path, resp.StatusCode, csp, resp.Header.Get("X-Content-Type-Options"))
+		}
+	}
+	for _, path := range []string{"/ui/nope", "/ui/nope/", "/ui/app.js/x"} {
+		resp, body := f.do("GET", path, "")
+		if code, msg := errOf(body); resp.StatusCode != 404 || code != "unknown command" || !strings.Contains(msg, path) {
+			t.Errorf("GET %s: %d %q %q, want 404 unknown command naming it", path, resp.StatusCode, code, msg)
+		}
+	}
+}
+
 // At 500 sessions and 5,000 waiters the page's state stays small (counts, no
 // list of waiters) and cheap to compute; nothing runs for the page between
 // requests. Reported: go test -run '^$' -bench StatusPageState ./internal/hub

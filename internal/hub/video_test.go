@@ -78,7 +78,7 @@ func TestVideoEndpoints(t *testing.T) {
 	}
 
 	none := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
-	if r, body := none.do("GET", "/video/", ""); r.StatusCode != 404 || !strings.Contains(body["value"].(map[string]any)["message"].(string), "-video-output-dir") {
+	if r, body := none.do("GET", "/video/", ""); r.StatusCode != 500 || !strings.Contains(body["value"].(map[string]any)["message"].(string), "-video-output-dir") {
 		t.Fatalf("a hub that records nothing: %d %v", r.StatusCode, body)
 	}
 }
@@ -174,7 +174,7 @@ func TestVNCThroughHub(t *testing.T) {
 	_, plain := f.do("POST", "/session", w3cChrome)
 	plainID := plain["value"].(map[string]any)["sessionId"].(string)
 
-	if r, body := f.do("GET", "/vnc/"+plainID, ""); r.StatusCode != 404 || !strings.Contains(body["value"].(map[string]any)["message"].(string), "enableVNC") {
+	if r, body := f.do("GET", "/vnc/"+plainID, ""); r.StatusCode != 500 || !strings.Contains(body["value"].(map[string]any)["message"].(string), "enableVNC") {
 		t.Fatalf("a session without enableVNC: %d %v", r.StatusCode, body)
 	}
 	if r, _ := f.do("GET", "/vnc/"+id, ""); r.StatusCode != 400 {

@@ -34,7 +34,7 @@ func (h *Hub) vnc(w http.ResponseWriter, r *http.Request) {
 	h.sessions.Done(s)
 	target := s.Endpoints().VNC
 	if !s.VNC || target == nil {
-		webdriver.WriteError(w, http.StatusNotFound, webdriver.ErrUnsupportedOperation,
+		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnsupportedOperation,
 			fmt.Sprintf("session %s has no VNC: start it with \"enableVNC\": true in selenoid:options or websummoner:options, on a browser image that serves VNC on port 5900 (docs/live-view.md)", s.ID))
 		return
 	}

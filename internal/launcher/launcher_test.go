@@ -128,6 +128,10 @@ func TestCheckClient(t *testing.T) {
 		// A JSONWire client's chromeOptions reach chromedriver as goog:chromeOptions.
 		{"JSONWire binary", webdriver.Options{}, map[string]any{"chromeOptions": map[string]any{"binary": "/tmp/evil"}}, `"chromeOptions".binary chooses what runs`, ""},
 		{"JSONWire profile", webdriver.Options{}, map[string]any{"chromeOptions": map[string]any{"args": []any{"--user-data-dir=/tmp/other"}}}, `--user-data-dir`, ""},
+		// WebKitWebDriver attaches to the browser at targetAddress: another
+		// local WebKit session's remote inspector, on the host's loopback.
+		{"another WebKit browser", webdriver.Options{}, map[string]any{"webkitgtk:browserOptions": map[string]any{"targetAddress": "127.0.0.1:33563"}}, `targetAddress`, ""},
+		{"another WPE browser's port", webdriver.Options{}, map[string]any{"wpe:browserOptions": map[string]any{"targetPort": 33563}}, `targetPort`, ""},
 		{"JSONWire another browser", webdriver.Options{}, map[string]any{"chromeOptions": map[string]any{"debuggerAddress": "127.0.0.1:1"}}, `debuggerAddress`, ""},
 		{"Selenium 2 binary", webdriver.Options{}, map[string]any{"firefox_binary": "/tmp/evil"}, `"firefox_binary" chooses what runs`, ""},
 		// Arguments that name host files: written (a log over a cron file),

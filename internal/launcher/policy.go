@@ -300,7 +300,11 @@ func choosesWhatRuns(b config.Resolved, caps map[string]any) string {
 		if !ok || !strings.HasSuffix(strings.ToLower(key), "options") || key == webdriver.OptionsKey || key == webdriver.SelenoidOptionsKey {
 			continue // the hub's own options are checked where they are read, and never reach the driver
 		}
-		for _, k := range []string{"binary", "debuggerAddress", "androidPackage", "androidDeviceSerial", browserState[key]} {
+		// debuggerAddress (chromedriver) and targetAddress/targetPort
+		// (WebKitWebDriver, "host:port") attach the driver to a browser
+		// already running: on this host, another session's, whose remote
+		// inspector listens on the shared loopback.
+		for _, k := range []string{"binary", "debuggerAddress", "targetAddress", "targetPort", "androidPackage", "androidDeviceSerial", browserState[key]} {
 			if _, ok := opts[k]; ok && k != "" {
 				return fmt.Sprintf("%q.%s", key, k)
 			}
