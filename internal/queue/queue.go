@@ -297,6 +297,12 @@ type Queue struct {
 	rejected     map[Reason]uint64 // refusals so far, by reason (Rejected)
 	tenants      map[string]*tenant
 	backlog      []*tenant // the tenants with waiters: a hand-off looks at these alone
+	// vnow is the virtual time the last admission started at (start-time
+	// fair queuing): the system's while nobody waits (virtualNowLocked). A
+	// tenant new to the queue starts at the system's, and one that starts
+	// waiting joins no earlier: starts nobody contested are no debt, and
+	// leaving to rejoin erases none.
+	vnow float64
 	quotas       *Quotas
 }
 
@@ -430,7 +436,7 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 	// against it.
 	if q.inUse < q.opts.Limit && q.runnableWaitersLocked() == 0 && q.mayRunLocked(t) && q.tryStartLocked(r.cost()) {
 		q.inUse++
-		t.admitLocked()
+		q.admitLocked(t)
 		q.lastFast = now
 		q.mu.Unlock()
 		q.m.wait.Observe(0)
@@ -814,7 +820,7 @@ func (q *Queue) dispatchLocked(now time.Time) {
 		if !q.tryStartLocked(w.req.cost()) {
 			return
 		}
-		w.tenant.admitLocked() // before removeLocked, which forgets an idle tenant
+		q.admitLocked(w.tenant) // before removeLocked, which forgets an idle tenant
 		q.removeLocked(w)
 		q.inUse++
 		w.granted = true

@@ -150,7 +150,7 @@ type tenant struct {
 func (q *Queue) tenantLocked(name string) *tenant {
 	t := q.tenants[name]
 	if t == nil {
-		t = &tenant{name: name, quota: q.quotas.Of(name), at: -1}
+		t = &tenant{name: name, quota: q.quotas.Of(name), vtime: q.virtualNowLocked(), at: -1}
 		if q.tenants == nil {
 			q.tenants = map[string]*tenant{}
 		}
@@ -261,7 +261,7 @@ func (s *Slot) Assign(tenant string) {
 		return
 	}
 	s.tenant = s.q.tenantLocked(tenant)
-	s.tenant.admitLocked()
+	s.q.admitLocked(s.tenant)
 	if s.releasing.Load() {
 		s.tenant.releasing++ // as Release will take it back
 	}
@@ -309,26 +309,35 @@ func (q *Queue) Tenants() []TenantStats {
 	return out
 }
 
+// virtualNowLocked is the system's virtual time: the least of the waiting
+// tenants' virtual times, or, with none waiting, the one the last admission
+// started at.
+func (q *Queue) virtualNowLocked() float64 {
+	if len(q.backlog) == 0 {
+		return q.vnow
+	}
+	least := q.backlog[0].vtime
+	for _, o := range q.backlog[1:] {
+		least = min(least, o.vtime)
+	}
+	return least
+}
+
 // admitLocked counts an admission of t's: a slot more, and its virtual time
-// on by one start's worth.
-func (t *tenant) admitLocked() {
+// on by one start's worth, from the system's if t was behind it (a tenant
+// that did not wait takes no credit for the time it asked for nothing).
+func (q *Queue) admitLocked(t *tenant) {
 	t.running++
+	t.vtime = max(t.vtime, q.virtualNowLocked())
+	q.vnow = t.vtime
 	t.vtime += 1 / t.quota.Weight
 }
 
 // backloggedLocked is called as t's first waiter queues: t joins the
-// waiting tenants at the least of their virtual times, if that is later
-// than its own.
+// waiting tenants at the system's virtual time, if that is later than its
+// own. Its own is later only by the starts it had while others waited.
 func (q *Queue) backloggedLocked(t *tenant) {
-	least, any := 0.0, false
-	for _, o := range q.backlog {
-		if o != t && (!any || o.vtime < least) {
-			least, any = o.vtime, true
-		}
-	}
-	if any && least > t.vtime {
-		t.vtime = least
-	}
+	t.vtime = max(t.vtime, q.virtualNowLocked())
 	t.at = len(q.backlog)
 	q.backlog = append(q.backlog, t)
 }

@@ -70,6 +70,56 @@ func TestLatecomerBehindAFlood(t *testing.T) {
 	})
 }
 
+// Starts nobody contested are no debt: a tenant that ran many sessions one
+// after another while nobody waited is not put behind a flood that came
+// later (Probe P: bob waited behind all 15 of the flood's requests).
+func TestUncontestedStartsAreNoDebt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Options{Limit: 2})
+		held := h.acquireAs("bob", "held")
+		for i := range 30 {
+			p := h.acquireAs("bob", fmt.Sprint("b", i))
+			if !p.finished() || !p.out.Admitted {
+				t.Fatalf("bob's start %d waited on a free slot", i)
+			}
+			p.slot.Release()
+			synctest.Wait()
+		}
+		var flood []*pending
+		for i := range 15 {
+			flood = append(flood, h.acquireAs("flood", fmt.Sprint("f", i)))
+		}
+		if !flood[0].finished() || flood[1].finished() {
+			t.Fatal("the flood's first request should take the free slot, the rest wait")
+		}
+		flood[0].slot.Release()
+		synctest.Wait()
+		late := h.acquireAs("bob", "late")
+		// Bob holds one of the two slots: the next start is the flood's
+		// (equal virtual times, and it runs none), the one after it bob's.
+		for i := 1; i <= 2 && !late.finished(); i++ {
+			flood[i].slot.Release()
+			synctest.Wait()
+		}
+		if !late.finished() || !late.out.Admitted {
+			t.Fatal("bob's request waited behind the flood: his uncontested starts counted against him")
+		}
+		if flood[3].finished() {
+			t.Fatal("the flood got the slot bob took")
+		}
+		late.slot.Release()
+		held.slot.Release()
+		for _, p := range flood {
+			if p.finished() && p.slot != nil {
+				p.slot.Release()
+			} else {
+				p.cancel()
+			}
+		}
+		synctest.Wait()
+	})
+}
+
 // Under saturation, weights 1:2 share the starts 1:2, also where -limit
 // does not divide by the weights.
 func TestWeightsShareStarts(t *testing.T) {
