@@ -637,7 +637,7 @@ func (p *program) reload() {
 		if err != nil {
 			logtag.Event(p.log, slog.LevelWarn, "", "QUOTAS_RELOAD_FAILED", err, "keeping the previous quotas")
 		} else {
-			p.queue.SetQuotas(q)
+			p.hub.SetQuotas(q)
 			logtag.Event(p.log, slog.LevelInfo, "", "QUOTAS_RELOADED", fmt.Sprintf("tenants %v", q.Names()))
 		}
 		took("quotas", err)

@@ -412,10 +412,12 @@ func (h *Hub) admit(c *creation) error {
 	if h.claim(c) {
 		return nil
 	}
-	if h.pool != nil && h.queue.Full() {
+	if h.pool != nil && h.queue.Full() && h.queue.MayStart(c.tenant) {
 		// A warm browser must not keep a client waiting: its slot is the
 		// client's. Eviction marks the slot as being released before the
-		// request queues, so even a no-wait request waits for it.
+		// request queues, so even a no-wait request waits for it. A tenant
+		// at its maxSessions waits whatever is freed: evicting for it would
+		// only cost a browser's start, and others their ready browser.
 		h.pool.Evict(c.id)
 	}
 	slot, out, waiting := h.queue.Enqueue(c.ctx, queue.Request{ID: c.id, NoWait: NoWait(c.r.Header), Cost: cost, Tenant: c.tenant, Bytes: c.bytes, Kind: c.browser.String()})

@@ -283,6 +283,22 @@ func (h *Hub) Start() {
 	}
 }
 
+// SetQuotas replaces the queue's quotas (a reload). Waiters the new quotas
+// let run take free slots at once; those that find every slot held, some by
+// ready browsers of the warm pool, are given those slots, as a request
+// arriving is.
+func (h *Hub) SetQuotas(qs *queue.Quotas) {
+	h.queue.SetQuotas(qs)
+	if h.pool == nil {
+		return
+	}
+	for n := h.queue.Starved(); n > 0; n-- {
+		if !h.pool.Evict("") {
+			return
+		}
+	}
+}
+
 // ServeHTTP serves every endpoint.
 func (h *Hub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.opts.AllowedHosts != nil && !hostAllowed(r.Host, h.opts.AllowedHosts) {

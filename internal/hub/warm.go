@@ -215,10 +215,11 @@ func (h *Hub) claim(c *creation) bool {
 	if h.pool == nil {
 		return false
 	}
+	k := pool.Key{Browser: c.browser.Name, Version: c.browser.Version}
 	if !h.queue.MayStart(c.tenant) {
+		h.pool.Missed(c.id, k)
 		return false // the tenant is at its maxSessions: it waits, warm browser or not
 	}
-	k := pool.Key{Browser: c.browser.Name, Version: c.browser.Version}
 	if !poolShape(c.opts) {
 		h.pool.Missed(c.id, k)
 		return false
@@ -230,17 +231,23 @@ func (h *Hub) claim(c *creation) bool {
 		if !reflect.DeepEqual(w.browser.Browser, c.browser.Browser) {
 			return pool.Miss // started from an entry browsers.json has since changed
 		}
+		res := pool.Near
 		if c.w3c && canon == w.canon {
-			return pool.Hit
+			res = pool.Hit
 		}
-		return pool.Near
+		// The tenant's count takes the slot here, where the pool still may
+		// take the browser back: another request of the tenant's may have
+		// been counted since MayStart, by this pool or by the queue.
+		if !w.slot.Assign(c.tenant) {
+			return pool.Miss
+		}
+		return res
 	})
 	if item == nil {
 		return false
 	}
 	w := item.(*warm)
 	c.slot, c.inst, c.warm = w.slot, w.inst, res
-	c.slot.Assign(c.tenant)
 	if res == pool.Hit {
 		c.driver, c.took = w.driver, time.Since(t0)
 	} else {

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -391,6 +392,109 @@ func TestTenantHeaderAndMaxSessions(t *testing.T) {
 		if code := <-done; code != 200 {
 			t.Fatalf("team-a's waiting request once its session ended: %d", code)
 		}
+		for _, s := range f.sess.List() {
+			f.do("DELETE", "/session/"+s.ID, "")
+		}
+	})
+}
+
+// A request of a tenant at its maxSessions evicts no ready browser: it
+// would wait whatever is freed, and each eviction cost a browser's start
+// and other tenants their ready one (Probe P: every such request, the
+// refused ones too, logged [POOL_DISCARD] [evicted]). It counts as a miss.
+func TestCappedTenantEvictsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		qs, err := queue.ParseQuotas([]byte(`{"team-a": {"maxSessions": 1, "maxQueued": 1}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := &stubLauncher{mem: newMemTransport()}
+		f := newFixture(t, queue.Options{Limit: 2, Timeout: time.Minute, Quotas: qs}, Options{TenantHeader: "X-Team", WarmPool: pool.Options{Size: 1}}, l)
+		f.hub.Start()
+		t.Cleanup(func() { f.hub.pool.Close(); synctest.Wait() })
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		resp, body := f.do("POST", "/session", w3cChrome, "X-Team", "team-a")
+		if resp.StatusCode != 200 {
+			t.Fatalf("team-a's first: %d %v", resp.StatusCode, body)
+		}
+		first := sessionID(t, body)
+		time.Sleep(2 * time.Second) // the pool refills: both slots held
+		synctest.Wait()
+		misses := sample(t, f, "websummoner_pool_claims_total", "result", "miss")
+		ctx, cancel := context.WithCancel(context.Background())
+		waiting := httptest.NewRequest("POST", "/session", strings.NewReader(w3cChrome)).WithContext(ctx)
+		waiting.Header.Set("X-Team", "team-a")
+		go f.hub.ServeHTTP(httptest.NewRecorder(), waiting) // waits for team-a's session
+		synctest.Wait()
+		if resp, body := f.do("POST", "/session", w3cChrome, "X-Team", "team-a"); resp.StatusCode != 429 {
+			t.Fatalf("team-a past its maxQueued: %d %v", resp.StatusCode, body)
+		}
+		if resp, body := f.do("POST", "/session", w3cChrome, "X-Team", "team-a", NoWaitHeader, "1"); resp.StatusCode != 429 {
+			t.Fatalf("team-a's no-wait request at its maxSessions: %d %v", resp.StatusCode, body)
+		}
+		synctest.Wait()
+		if got := sample(t, f, "websummoner_pool_discarded_total", "reason", "evicted"); got != 0 {
+			t.Fatalf("%v ready browsers evicted for a tenant at its maxSessions", got)
+		}
+		if st := f.hub.pool.Stats(); len(st) != 1 || st[0].Ready != 1 {
+			t.Fatalf("pool after team-a's requests: %+v, want its ready browser kept", st)
+		}
+		if got := sample(t, f, "websummoner_pool_claims_total", "result", "miss") - misses; got != 3 {
+			t.Fatalf("misses counted for team-a's three requests: %v", got)
+		}
+		cancel()
+		synctest.Wait()
+		f.do("DELETE", "/session/"+first, "")
+	})
+}
+
+// A reload that lets a waiting tenant run gives it a ready browser's slot
+// at once, as a request arriving gets one (Probe P: the waiter sat 56 s
+// behind three ready browsers until a session idled out).
+func TestQuotaReloadFreesReadySlotsForWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		qs, err := queue.ParseQuotas([]byte(`{"team-a": {"maxSessions": 1}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := &stubLauncher{mem: newMemTransport()}
+		f := newFixture(t, queue.Options{Limit: 2, Timeout: 10 * time.Minute, Quotas: qs}, Options{TenantHeader: "X-Team", WarmPool: pool.Options{Size: 1}}, l)
+		f.hub.Start()
+		t.Cleanup(func() { f.hub.pool.Close(); synctest.Wait() })
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		_, body := f.do("POST", "/session", w3cChrome, "X-Team", "team-a")
+		first := sessionID(t, body)
+		time.Sleep(2 * time.Second) // the pool refills: both slots held
+		synctest.Wait()
+		done := make(chan int, 1)
+		go func() {
+			resp, _ := f.do("POST", "/session", w3cChrome, "X-Team", "team-a")
+			done <- resp.StatusCode
+		}()
+		synctest.Wait()
+		select {
+		case code := <-done:
+			t.Fatalf("team-a past its maxSessions answered at once: %d", code)
+		default:
+		}
+		raised, err := queue.ParseQuotas([]byte(`{"team-a": {"maxSessions": 3}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.hub.SetQuotas(raised)
+		time.Sleep(5 * time.Second) // the ready browser stops; the waiter's browser starts
+		synctest.Wait()
+		select {
+		case code := <-done:
+			if code != 200 {
+				t.Fatalf("team-a's waiter after the reload: %d", code)
+			}
+		default:
+			t.Fatal("team-a's waiter still waits behind a ready browser after a reload let it run")
+		}
+		f.do("DELETE", "/session/"+first, "")
 		for _, s := range f.sess.List() {
 			f.do("DELETE", "/session/"+s.ID, "")
 		}

@@ -590,7 +590,9 @@ func (p *Pool) Claim(ctx context.Context, id string, k Key, classify func(Item) 
 		r := s.ready[0]
 		s.ready = s.ready[1:]
 		p.mu.Unlock()
-		actx, cancel := context.WithTimeout(ctx, aliveTimeout)
+		// The check runs to its end if the client leaves meanwhile: cut
+		// off, it would tell a good browser from a dead one no more.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), aliveTimeout)
 		alive := !exited(r.item) && r.item.Alive(actx)
 		cancel()
 		if ctx.Err() != nil {

@@ -199,11 +199,16 @@ func TestMayNotWaitBudgets(t *testing.T) {
 			t.Fatal(err)
 		}
 		hs := newHarness(t, Options{Limit: 3, Quotas: one})
-		held := hs.acquireReq(Request{ID: "H", Tenant: "alice"})
 		spare := hs.q.Spare(1, "")
 		spare.Releasing()
-		spare.Assign("alice")
+		if !spare.Assign("alice") {
+			t.Fatal("a spare slot not handed to a tenant below its maxSessions")
+		}
 		spare.Release()
+		held := hs.acquireReq(Request{ID: "H", Tenant: "alice"})
+		if !held.finished() || !held.out.Admitted {
+			t.Fatalf("alice's session after the spare's release: %+v, want it admitted (the spare counted back once)", held.out)
+		}
 		// alice's one session is deleted; her next, at once, waits for it.
 		held.slot.Releasing()
 		e := hs.acquireReq(Request{ID: "E", Tenant: "alice", NoWait: true})

@@ -233,6 +233,18 @@ func (q *Queue) SetQuotas(qs *Quotas) {
 	q.dispatchLocked(time.Now())
 }
 
+// Starved counts the waiters that may run but find every slot held, less
+// the slots already being released (each goes to one of them): after a
+// reload that let them run, the warm pool frees that many (hub.SetQuotas).
+func (q *Queue) Starved() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.inUse < q.opts.Limit {
+		return 0
+	}
+	return max(0, q.runnableWaitersLocked()-q.releasing)
+}
+
 // Quotas returns the quotas in force (nil: every tenant has the defaults).
 func (q *Queue) Quotas() *Quotas {
 	q.mu.Lock()
@@ -250,21 +262,30 @@ func (q *Queue) MayStart(tenant string) bool {
 }
 
 // Assign gives a slot taken for no one (Spare) to tenant: a warm browser
-// handed to a client now counts as that tenant's session.
-func (s *Slot) Assign(tenant string) {
+// handed to a client now counts as that tenant's session. It reports
+// false, assigning nothing, when the tenant is at its maxSessions: the
+// check and the count are one step, so requests of one tenant arriving
+// together cannot each pass the check and all be counted.
+func (s *Slot) Assign(tenant string) bool {
 	if s == nil {
-		return
+		return false
 	}
 	s.q.mu.Lock()
 	defer s.q.mu.Unlock()
 	if s.tenant != nil || s.released.Load() {
-		return
+		return false
 	}
-	s.tenant = s.q.tenantLocked(tenant)
-	s.q.admitLocked(s.tenant)
+	t := s.q.tenantLocked(tenant)
+	if !s.q.mayRunLocked(t) {
+		s.q.forgetLocked(t)
+		return false
+	}
+	s.tenant = t
+	s.q.admitLocked(t)
 	if s.releasing.Load() {
-		s.tenant.releasing++ // as Release will take it back
+		t.releasing++ // as Release will take it back
 	}
+	return true
 }
 
 // TenantStats is one tenant's share of the grid now.

@@ -197,6 +197,20 @@ func TestMaxSessionsAndReload(t *testing.T) {
 		if h.q.MayStart("a") || !h.q.MayStart("b") {
 			t.Fatal("MayStart disagrees with maxSessions")
 		}
+		// A warm browser's slot handed to a tenant at its maxSessions (another
+		// of its requests counted since it asked MayStart) is refused, and
+		// the slot stays no one's.
+		h.q.SetQuotas(mustQuotas(t, `{"a": {"maxSessions": 1}, "b": {"maxSessions": 1}}`))
+		if spare := h.q.Spare(1, ""); spare == nil || spare.Assign("a") || spare.Assign("b") {
+			t.Fatal("a spare slot was handed to a tenant at its maxSessions")
+		} else {
+			spare.Release()
+		}
+		for _, ts := range h.q.Tenants() {
+			if ts.Sessions > 1 {
+				t.Fatalf("tenant %q holds %d sessions at maxSessions 1", ts.Tenant, ts.Sessions)
+			}
+		}
 		h.q.SetQuotas(mustQuotas(t, `{"a": {"maxSessions": 2}}`))
 		synctest.Wait()
 		if !a2.finished() || !a2.out.Admitted {
