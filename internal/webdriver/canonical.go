@@ -9,12 +9,17 @@ import (
 // what a driver acts on, so that two bodies that ask for the same session
 // compare equal: the capabilities of the protocol spoken (W3C's alwaysMatch
 // merged with a single firstMatch, or JSONWire's desiredCapabilities, marked
-// as such), without values that mean the default — null, "", empty lists and
-// objects, W3C's defaults (pageLoadStrategy "normal", acceptInsecureCerts and
+// as such), without values that mean the default — a capability that is
+// null (W3C: absent), an empty vendor options block, empty lists and objects
+// inside one, W3C's defaults (pageLoadStrategy "normal", acceptInsecureCerts and
 // strictFileInteractability false, unhandledPromptBehavior "dismiss and
 // notify", platformName "any") and chromedriver's goog:chromeOptions.w3c true
 // — with browserName in lower case. Stock ChromeOptions() of Selenium's
-// clients reduce to {"browserName":"chrome"}. A body that does not parse
+// clients reduce to {"browserName":"chrome"}. What a driver reads otherwise
+// stays: a null inside an object (timeouts' "script": null is no script
+// timeout), "" and an empty standard capability ("proxy": {}, which a
+// driver refuses), so a warm browser is never handed over where a cold
+// start would have answered otherwise. A body that does not parse
 // gives "", equal to nothing but another such body.
 func CanonicalCaps(body []byte) string {
 	var req struct {
@@ -62,15 +67,24 @@ func CanonicalCaps(body []byte) string {
 	if o, ok := caps["goog:chromeOptions"].(map[string]any); ok && o["w3c"] == true {
 		delete(o, "w3c")
 	}
-	out, err := json.Marshal(dropEmpty(caps))
+	for k, v := range caps {
+		v = dropEmpty(v)
+		if v == nil || strings.Contains(k, ":") && empty(v) {
+			delete(caps, k)
+			continue
+		}
+		caps[k] = v
+	}
+	out, err := json.Marshal(caps)
 	if err != nil {
 		return ""
 	}
 	return prefix + string(out)
 }
 
-// dropEmpty removes, from every object at any depth, the members whose value
-// is null, "", or an empty list or object (after their own are removed).
+// dropEmpty removes, from every object at any depth, the members that are an
+// empty list or object (after their own are removed): an options block's
+// "args": [] or "prefs": {} asks for nothing.
 func dropEmpty(v any) any {
 	switch t := v.(type) {
 	case map[string]any:
@@ -95,10 +109,6 @@ func dropEmpty(v any) any {
 
 func empty(v any) bool {
 	switch t := v.(type) {
-	case nil:
-		return true
-	case string:
-		return t == ""
 	case map[string]any:
 		return len(t) == 0
 	case []any:

@@ -14,7 +14,7 @@ func TestCanonicalCaps(t *testing.T) {
 	stock := map[string]map[string]any{
 		"python": {"browserName": "chrome", "pageLoadStrategy": "normal", "goog:chromeOptions": map[string]any{"extensions": []any{}, "args": []any{}}},
 		"java":   {"browserName": "chrome", "goog:chromeOptions": map[string]any{"args": []any{}, "extensions": []any{}}},
-		"go":     {"browserName": "chrome", "platformName": "", "goog:chromeOptions": map[string]any{"w3c": true}},
+		"go":     {"browserName": "chrome", "platformName": nil, "goog:chromeOptions": map[string]any{"w3c": true}},
 		"ruby":   {"browserName": "Chrome", "goog:chromeOptions": map[string]any{}},
 		"named":  {"browserName": "chrome", SelenoidOptionsKey: map[string]any{"name": "a test"}},
 	}
@@ -31,6 +31,11 @@ func TestCanonicalCaps(t *testing.T) {
 		"w3c off":         {"browserName": "chrome", "goog:chromeOptions": map[string]any{"w3c": false}},
 		"a proxy":         {"browserName": "chrome", "proxy": map[string]any{"proxyType": "manual", "httpProxy": "p:1"}},
 		"another browser": {"browserName": "chromium"},
+		// What a driver reads otherwise than the default (Probe P: each was
+		// a hit, where a cold start answered otherwise).
+		"no script timeout":      {"browserName": "chrome", "timeouts": map[string]any{"script": nil}},
+		"an empty proxy":         {"browserName": "chrome", "proxy": map[string]any{}},
+		"an empty platform name": {"browserName": "chrome", "platformName": ""},
 	} {
 		if got := CanonicalCaps(DriverBody(caps, true, defaults)); got == pooled {
 			t.Errorf("%s compares equal to the pooled browser's: %s", what, got)
