@@ -70,9 +70,9 @@ type Browser struct {
 	Display bool `json:"display,omitempty"`
 	// Warm is how many ready browsers of this entry -warm-pool N keeps (a
 	// WebSummoner addition): it overrides N for a default version and puts
-	// another version in the pool. Zero: N for the default version, none
-	// for the others.
-	Warm int `json:"warm,omitempty"`
+	// another version in the pool; 0 keeps none of it. Unset: N for the
+	// default version, none for the others.
+	Warm *int `json:"warm,omitempty"`
 }
 
 // Image is either a Docker image name or a local command line.
@@ -234,8 +234,8 @@ func checkBrowser(b *Browser) error {
 	if b.Display && !b.Image.IsCommand() {
 		return errors.New("\"display\" gives a local driver command a virtual screen; a container's image brings its own (remove it)")
 	}
-	if b.Warm < 0 || b.Warm > 1000 {
-		return fmt.Errorf("\"warm\" must be a count of ready browsers from 0 to 1000 (got %d)", b.Warm)
+	if b.Warm != nil && (*b.Warm < 0 || *b.Warm > 1000) {
+		return fmt.Errorf("\"warm\" must be a count of ready browsers from 0 to 1000 (got %d)", *b.Warm)
 	}
 	for _, e := range b.Env {
 		// "NAME" alone is Docker's way to unset the image's variable, and

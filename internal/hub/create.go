@@ -99,7 +99,6 @@ type creation struct {
 // createSession is POST /session: parse, resolve, check, admit, start, register.
 func (h *Hub) createSession(w http.ResponseWriter, r *http.Request) {
 	c := &creation{id: strconv.FormatUint(h.reqIDs.Add(1), 10), w: w, r: r, owner: userOf(r), quota: quotaOf(r), base: h.wsBase(r)}
-	c.tenant = h.tenantOf(r)
 	// The creation's own context, linked to the request's while the handler
 	// serves it: a request that waits detached from the handler outlives it,
 	// and holds none of the server's context values.
@@ -186,6 +185,9 @@ func (h *Hub) parse(c *creation) error {
 	}
 	body, err := h.readBody(c)
 	if err != nil {
+		return err
+	}
+	if c.tenant, err = h.tenantOf(c.r); err != nil {
 		return err
 	}
 	values := webdriver.CountValues(body)

@@ -20,6 +20,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/mux"
 	"github.com/prometheus/client_golang/prometheus"
@@ -598,15 +599,24 @@ func (b *bufferPool) Get() []byte {
 func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
 
 // tenantOf is whose share of the slots a request takes: its user under
-// authentication, else the -tenant-header value (bounded, as a trusted
-// front sets it), else "" for everyone.
-func (h *Hub) tenantOf(r *http.Request) string {
+// authentication, else the -tenant-header value (as a trusted front sets
+// it), else "" for everyone. A header value that is no tenant's name — over
+// queue.MaxTenantName bytes, or not UTF-8 — is refused, not cut: two fronts'
+// long names cut to one would share a quota.
+func (h *Hub) tenantOf(r *http.Request) (string, error) {
 	if h.opts.Auth != nil && h.opts.Auth.Enabled() {
-		return userOf(r)
+		return userOf(r), nil
 	}
 	if h.opts.TenantHeader == "" {
-		return ""
+		return "", nil
 	}
 	t := strings.TrimSpace(r.Header.Get(h.opts.TenantHeader))
-	return t[:min(len(t), queue.MaxTenantName)]
+	switch {
+	case len(t) > queue.MaxTenantName:
+		return "", &webdriver.ArgumentError{Msg: fmt.Sprintf("the %s header (-tenant-header) names a tenant in at most %d bytes; it has %d",
+			h.opts.TenantHeader, queue.MaxTenantName, len(t))}
+	case !utf8.ValidString(t):
+		return "", &webdriver.ArgumentError{Msg: fmt.Sprintf("the %s header (-tenant-header) names a tenant in UTF-8; %q is not", h.opts.TenantHeader, t)}
+	}
+	return t, nil
 }

@@ -117,8 +117,8 @@ func (h *Hub) Entries(size int) map[pool.Key]int {
 			if v == vs.Default {
 				n = size
 			}
-			if b := vs.Versions[v]; b != nil && b.Warm > 0 {
-				n = b.Warm
+			if b := vs.Versions[v]; b != nil && b.Warm != nil {
+				n = *b.Warm
 			}
 			if h.launcherFor(config.Resolved{Name: name, Version: v, Browser: vs.Versions[v]}) == nil {
 				continue // -disable-docker: nothing can start it

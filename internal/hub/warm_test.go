@@ -3,12 +3,14 @@ package hub
 import (
 	"context"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/websummoner/websummoner/internal/capacity"
+	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/pool"
 	"github.com/websummoner/websummoner/internal/queue"
@@ -296,6 +298,25 @@ func TestWarmPoolDrains(t *testing.T) {
 	})
 }
 
+// "warm" sizes an entry's pool over -warm-pool N, 0 included: a default
+// version set to 0 keeps none (Probe P: 0 read as unset kept N).
+func TestEntriesWarm(t *testing.T) {
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
+	bs, err := config.Parse([]byte(`{"chrome": {"default": "2", "versions": {
+		"2": {"image": ["chromedriver"], "warm": 0}, "1": {"image": ["chromedriver"], "warm": 3}}},
+		"other": {"default": "1", "versions": {"1": {"image": ["chromedriver"]}, "0": {"image": ["chromedriver"]}}}}`), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.hub.conf = config.NewStore(bs)
+	got := f.hub.Entries(2)
+	want := map[pool.Key]int{{Browser: "chrome", Version: "2"}: 0, {Browser: "chrome", Version: "1"}: 3,
+		{Browser: "other", Version: "1"}: 2, {Browser: "other", Version: "0"}: 0}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Entries(2) = %v, want %v", got, want)
+	}
+}
+
 func TestPoolShape(t *testing.T) {
 	if !poolShape(webdriver.Options{Name: "a test", SessionTimeout: time.Minute, Ignored: []string{"selenoid:options.x"}, Env: []string{}, Labels: map[string]string{}}) {
 		t.Fatal("options only the hub reads made a request a miss")
@@ -341,6 +362,28 @@ func TestWarmPoolInStatus(t *testing.T) {
 
 // Without authentication, -tenant-header names the tenant: a tenant at its
 // maxSessions waits, and neither a free slot nor a ready browser goes to it.
+// A tenant header that is no tenant's name is refused whole, not cut:
+// cut at 128 bytes, two long names were one tenant, and one cut inside a
+// character was not UTF-8 (Probe P).
+func TestTenantHeaderRefused(t *testing.T) {
+	f := newFixture(t, queue.Options{Limit: 1}, Options{TenantHeader: "X-Team"}, &stubLauncher{})
+	for what, v := range map[string]string{
+		"129 bytes":  strings.Repeat("B", 128) + "x",
+		"not UTF-8":  "team-\xff\xfe",
+		"a cut rune": strings.Repeat("A", 127) + "é",
+	} {
+		resp, body := f.do("POST", "/session", w3cChrome, "X-Team", v)
+		if code, msg := errOf(body); resp.StatusCode != 400 || code != "invalid argument" || !strings.Contains(msg, "X-Team") {
+			t.Errorf("%s: %d %q %q, want 400 invalid argument naming the header", what, resp.StatusCode, code, msg)
+		}
+	}
+	resp, body := f.do("POST", "/session", w3cChrome, "X-Team", strings.Repeat("é", 64))
+	if resp.StatusCode != 200 {
+		t.Fatalf("a 128-byte UTF-8 name: %d %v", resp.StatusCode, body)
+	}
+	f.do("DELETE", "/session/"+sessionID(t, body), "")
+}
+
 func TestTenantHeaderAndMaxSessions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		qs, err := queue.ParseQuotas([]byte(`{"team-a": {"maxSessions": 1}}`))

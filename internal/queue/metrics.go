@@ -87,9 +87,9 @@ func (c *tenantCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *tenantCollector) Collect(ch chan<- prometheus.Metric) {
 	qs := c.q.Quotas()
-	sessions, waiting := map[string]int{"other": 0}, map[string]int{"other": 0}
+	sessions, waiting := map[string]int{OtherTenants: 0}, map[string]int{OtherTenants: 0}
 	for _, t := range c.q.Tenants() {
-		label := "other"
+		label := OtherTenants
 		if qs.Named(t.Tenant) {
 			label = t.Tenant
 		}

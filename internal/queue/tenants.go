@@ -1,9 +1,12 @@
 package queue
 
 import (
+	"bytes"
 	"container/list"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
@@ -40,24 +43,57 @@ type Quotas struct {
 	path   string
 }
 
+// OtherTenants is the metrics' label for every tenant the quotas file does
+// not name; the file may not name a tenant so.
+const OtherTenants = "other"
+
 // ParseQuotas reads a quotas file's JSON: {"alice": {"weight": 2,
-// "maxSessions": 10, "maxQueued": 50}, "*": {"weight": 1}}. Errors name the
+// "maxSessions": 10, "maxQueued": 50}, "*": {"weight": 1}}. Names are
+// exact: a tenant named twice, or a field spelt otherwise ("Weight"), which
+// Go's JSON would take for another or the last, is an error. Errors name the
 // tenant and the field.
 func ParseQuotas(data []byte) (*Quotas, error) {
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(data, &raw); err != nil {
+	tenants, err := members(data)
+	if err != nil {
 		return nil, fmt.Errorf("not a JSON object of tenants: %w", err)
 	}
 	q := &Quotas{byName: map[string]Quota{}}
-	for name, v := range raw {
-		if name == "" || len(name) > MaxTenantName {
+	for _, m := range tenants {
+		name := m.name
+		switch {
+		case name == "" || len(name) > MaxTenantName:
 			return nil, fmt.Errorf("tenant %q: a name is 1 to %d bytes", name, MaxTenantName)
+		case name == OtherTenants:
+			return nil, fmt.Errorf("tenant %q: the metrics label every tenant the file does not name so; give it another name", name)
 		}
-		dec := json.NewDecoder(strings.NewReader(string(v)))
-		dec.DisallowUnknownFields()
+		if _, dup := q.byName[name]; dup {
+			return nil, fmt.Errorf("tenant %q is named twice", name)
+		}
+		fields, err := members(m.value)
+		if err != nil {
+			return nil, fmt.Errorf("tenant %q: not a JSON object of fields (weight, maxSessions, maxQueued): %w", name, err)
+		}
 		var qt Quota
-		if err := dec.Decode(&qt); err != nil {
-			return nil, fmt.Errorf("tenant %q: %v (fields: weight, maxSessions, maxQueued)", name, err)
+		seen := map[string]bool{}
+		for _, f := range fields {
+			var dst any
+			switch f.name {
+			case "weight":
+				dst = &qt.Weight
+			case "maxSessions":
+				dst = &qt.MaxSessions
+			case "maxQueued":
+				dst = &qt.MaxQueued
+			default:
+				return nil, fmt.Errorf("tenant %q: unknown field %q (fields: weight, maxSessions, maxQueued, spelt so)", name, f.name)
+			}
+			if seen[f.name] {
+				return nil, fmt.Errorf("tenant %q: %q is given twice", name, f.name)
+			}
+			seen[f.name] = true
+			if err := json.Unmarshal(f.value, dst); err != nil {
+				return nil, fmt.Errorf("tenant %q: %q: %v", name, f.name, err)
+			}
 		}
 		switch {
 		case qt.Weight < 0 || qt.Weight > 1e6 || math.IsNaN(qt.Weight):
@@ -70,6 +106,44 @@ func ParseQuotas(data []byte) (*Quotas, error) {
 		q.byName[name] = qt
 	}
 	return q, nil
+}
+
+// member is one member of a JSON object, in the order written.
+type member struct {
+	name  string
+	value json.RawMessage
+}
+
+// members reads data as one JSON object and lists its members, repeats
+// included.
+func members(data []byte) ([]member, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		if err == nil {
+			err = fmt.Errorf("it begins with %v", tok)
+		}
+		return nil, err
+	}
+	var out []member
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		var m member
+		m.name, _ = tok.(string)
+		if err := dec.Decode(&m.value); err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("more follows the object")
+	}
+	return out, nil
 }
 
 // LoadQuotas reads and parses a quotas file; the error names the file.

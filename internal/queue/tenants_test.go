@@ -324,7 +324,11 @@ func TestParseQuotas(t *testing.T) {
 	if nilQ.Of("x").Weight != 1 {
 		t.Fatal("nil quotas: weight 1")
 	}
-	for _, bad := range []string{`[]`, `{"a": {"weight": -1}}`, `{"a": {"maxSessions": -2}}`, `{"a": {"maxQueued": -1}}`, `{"a": {"wieght": 2}}`, `{"": {}}`} {
+	for _, bad := range []string{`[]`, `{"a": {"weight": -1}}`, `{"a": {"maxSessions": -2}}`, `{"a": {"maxQueued": -1}}`, `{"a": {"wieght": 2}}`, `{"": {}}`,
+		// Probe P: a repeat, a field in other capitals and the metrics'
+		// bucket's name loaded without a word.
+		`{"x": {"weight": -1}, "x": {"weight": 2}}`, `{"x": {"WEIGHT": 2}}`, `{"x": {"weight": 2, "weight": 3}}`, `{"other": {"maxSessions": 5}}`,
+		`{"a": {}} {}`, `{"a": []}`, `{"a": {"weight": "2"}}`} {
 		if _, err := ParseQuotas([]byte(bad)); err == nil {
 			t.Errorf("%s accepted", bad)
 		}
