@@ -454,6 +454,7 @@ func (h *Hub) start(c *creation) error {
 		return nil
 	case pool.Near:
 		if done, err := h.startNear(c); done {
+			c.slot.Started(startOutcome(c.ctx, err))
 			return err
 		}
 	}

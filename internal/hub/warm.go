@@ -267,6 +267,13 @@ func (h *Hub) startNear(c *creation) (bool, error) {
 		c.inst = n.Instance
 		defer n.w.handOver() // the pool's refill may start now
 	}
+	// The client's session starts a browser on the warm container (the
+	// container's start alone is saved): the start gate paces it as any
+	// start, with a baseline of its own; a cold start after it, if the
+	// warm browser fails, goes on with the same permit.
+	if err := c.slot.Restart(c.ctx, c.browser.String()+" (warm)"); err != nil {
+		return true, err // abandon stops the browser and frees the slot
+	}
 	t0 := time.Now()
 	dctx, cancel := context.WithTimeout(c.ctx, h.opts.SessionDeleteTimeout)
 	_, _, err := h.driverCall(dctx, http.MethodDelete, driverURL(c.inst, c.stale, "session", c.stale.ID), nil, 1<<20)

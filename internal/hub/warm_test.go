@@ -575,6 +575,48 @@ func TestWarmPoolFillsOverlapBehindTheStartGate(t *testing.T) {
 	})
 }
 
+// Near hits start browsers behind the start gate, as cold starts do
+// (Probe P: four near hits ran side by side past -start-gate 2).
+func TestWarmPoolNearHitsBehindTheStartGate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, err := capacity.New(capacity.Options{Limit: 8, Mode: capacity.Fixed, Fixed: 2}, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := &stubLauncher{stub: wdstub.Options{NewSessionDelay: 2 * time.Second}}
+		f := newWarmFixture(t, queue.Options{Limit: 8, Gate: g}, pool.Options{Size: 4}, l)
+		time.Sleep(time.Minute) // the pool fills, two at a time
+		synctest.Wait()
+		if st := f.hub.pool.Stats(); len(st) != 1 || st[0].Ready != 4 {
+			t.Fatalf("pool: %+v, want 4 ready", st)
+		}
+		t0 := time.Now()
+		took := make(chan time.Duration, 4)
+		for range 4 {
+			go func() {
+				resp, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","goog:chromeOptions":{"args":["--lang=de"]}}}}`)
+				if resp.StatusCode != 200 {
+					t.Errorf("near hit: %d %v", resp.StatusCode, body)
+				}
+				took <- time.Since(t0)
+			}()
+		}
+		var last time.Duration
+		for range 4 {
+			last = max(last, <-took)
+		}
+		if got := sample(t, f, "websummoner_pool_claims_total", "result", string(pool.Near)); got != 4 {
+			t.Fatalf("near hits = %v, want 4", got)
+		}
+		if last < 4*time.Second {
+			t.Fatalf("four near hits of 2 s each behind a gate of 2 took %v, want two rounds (4 s)", last)
+		}
+		for _, s := range f.sess.List() {
+			f.do("DELETE", "/session/"+s.ID, "")
+		}
+	})
+}
+
 // A near hit's browser is replaced only once the client's own session
 // exists on it: the refill, the lowest-priority start, does not start a
 // browser beside the client's starting one.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -227,6 +228,57 @@ func (s *Slot) Started(o StartOutcome) {
 	s.q.opts.Gate.FinishStart(s.cost, s.kind, o, time.Since(s.admitted))
 }
 
+// Restart takes a start permit again for a slot whose start has ended: a
+// warm browser handed to a client whose own session is then created on it
+// (a near hit) starts a browser, as a cold start does, and the gate paces
+// it so. kind names that start for the gate's baselines. It waits for the
+// permit until ctx ends, before any queued request (the slot is held
+// already), and returns ctx's error if it ends first. Started reports how
+// the start went; Release gives the permit back if it was not reported.
+func (s *Slot) Restart(ctx context.Context, kind string) error {
+	if s == nil || s.q.opts.Gate == nil {
+		return nil
+	}
+	q := s.q
+	q.mu.Lock()
+	if !s.started.Load() || s.released.Load() {
+		q.mu.Unlock()
+		return nil // its start still holds a permit, or it is gone
+	}
+	r := &restart{slot: s, kind: kind, ready: make(chan struct{})}
+	q.restarts = append(q.restarts, r)
+	q.restartLocked()
+	q.mu.Unlock()
+	select {
+	case <-r.ready:
+		return nil
+	case <-ctx.Done():
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if r.granted {
+		return nil // the permit is the slot's; Started or Release gives it back
+	}
+	q.restarts = slices.DeleteFunc(q.restarts, func(o *restart) bool { return o == r })
+	return ctx.Err()
+}
+
+// restartLocked grants waiting restarts their permits, oldest first, while
+// the gate permits them.
+func (q *Queue) restartLocked() {
+	for len(q.restarts) > 0 {
+		r := q.restarts[0]
+		if !q.tryStartLocked(r.slot.cost) {
+			return
+		}
+		q.restarts = q.restarts[1:]
+		r.granted = true
+		r.slot.kind, r.slot.admitted = r.kind, time.Now()
+		r.slot.started.Store(false)
+		close(r.ready)
+	}
+}
+
 // Release gives the slot back, handing it to the oldest live waiter if there is one.
 // A start not yet reported counts as ignored. It is safe to call more than once;
 // only the first call counts.
@@ -302,8 +354,19 @@ type Queue struct {
 	// tenant new to the queue starts at the system's, and one that starts
 	// waiting joins no earlier: starts nobody contested are no debt, and
 	// leaving to rejoin erases none.
-	vnow float64
-	quotas       *Quotas
+	vnow   float64
+	quotas *Quotas
+	// restarts are slot holders waiting for a start permit again
+	// (Slot.Restart), oldest first: served before queued requests.
+	restarts []*restart
+}
+
+// restart is a slot holder's wait for a start permit (Slot.Restart).
+type restart struct {
+	slot    *Slot
+	kind    string
+	ready   chan struct{}
+	granted bool
 }
 
 // New returns a queue. Options are resolved here, so raw flag values may be passed.
@@ -434,7 +497,7 @@ func (q *Queue) Enqueue(ctx context.Context, r Request) (*Slot, Outcome, *Waitin
 	// maxSessions) is this request's at once, if its own tenant may run:
 	// a tenant at its quota holds no other tenant back, nor fills the queue
 	// against it.
-	if q.inUse < q.opts.Limit && q.runnableWaitersLocked() == 0 && q.mayRunLocked(t) && q.tryStartLocked(r.cost()) {
+	if q.inUse < q.opts.Limit && q.runnableWaitersLocked() == 0 && len(q.restarts) == 0 && q.mayRunLocked(t) && q.tryStartLocked(r.cost()) {
 		q.inUse++
 		q.admitLocked(t)
 		q.lastFast = now
@@ -562,7 +625,7 @@ func (q *Queue) Spare(cost int, kind string) *Slot {
 	cost = max(cost, 1)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.closed || q.inUse >= q.opts.Limit || q.runnableWaitersLocked() > 0 || q.releasing > 0 {
+	if q.closed || q.inUse >= q.opts.Limit || q.runnableWaitersLocked() > 0 || q.releasing > 0 || len(q.restarts) > 0 {
 		return nil
 	}
 	if g := q.opts.Gate; g != nil && !trySpare(g, cost) {
@@ -812,6 +875,10 @@ func (q *Queue) tryStartLocked(cost int) bool {
 // dropped on the way (their Acquire returns Cancelled), so a slot never goes
 // to a client that left. The admission's speed is judged here, at hand-over.
 func (q *Queue) dispatchLocked(now time.Time) {
+	q.restartLocked()
+	if len(q.restarts) > 0 {
+		return // the gate's next permit is a slot holder's
+	}
 	for q.inUse < q.opts.Limit {
 		w := q.nextLocked()
 		if w == nil {

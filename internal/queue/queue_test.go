@@ -542,6 +542,55 @@ func TestGateIsPartOfAdmission(t *testing.T) {
 	})
 }
 
+// A slot whose start has ended takes a start permit again (a warm
+// browser's near hit starts a browser on it): it waits for the gate as
+// any start does, before queued requests, and gives the permit back once
+// reported; a holder that leaves while waiting takes none (Probe P: near
+// hits started browsers beside a full gate).
+func TestRestartWaitsForTheGate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &fakeGate{permits: 1}
+		h := newHarness(t, Options{Limit: 5, Timeout: time.Minute, Gate: g})
+		a := h.acquire("A", false)
+		a.slot.Started(StartSucceeded) // a warm browser, ready
+		b := h.acquire("B", false)     // B's start holds the gate
+		restarted := make(chan error, 1)
+		go func() { restarted <- a.slot.Restart(context.Background(), "chrome 1 (warm)") }()
+		synctest.Wait()
+		select {
+		case err := <-restarted:
+			t.Fatalf("a restart past a full gate: %v", err)
+		default:
+		}
+		c := h.acquire("C", false) // queued behind the restart for the next permit
+		b.slot.Started(StartSucceeded)
+		g.wake()
+		synctest.Wait()
+		if err := <-restarted; err != nil || c.finished() {
+			t.Fatalf("the freed permit: restart %v, C admitted %v; want the restart's", err, c.finished())
+		}
+		a.slot.Started(StartSucceeded)
+		g.wake()
+		synctest.Wait()
+		if !c.finished() || !c.out.Admitted {
+			t.Fatalf("C once the restarted start ended: %+v", c.out)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { restarted <- b.slot.Restart(ctx, "chrome 1 (warm)") }()
+		synctest.Wait()
+		cancel()
+		if err := <-restarted; err == nil {
+			t.Fatal("a restart whose holder left took a permit")
+		}
+		for _, p := range []*pending{a, b, c} {
+			p.slot.Release()
+		}
+		if g.inFlight != 0 || len(g.finished) != 4 {
+			t.Fatalf("gate: %d in flight, saw %v", g.inFlight, g.finished)
+		}
+	})
+}
+
 func TestQueueMax(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, Options{Limit: 1, Timeout: time.Minute, MaxWaiting: 2})
