@@ -296,5 +296,12 @@ func (h *Hub) startNear(c *creation) (bool, error) {
 		return true, c.ctx.Err()
 	}
 	h.countFailure(c.browser, fmt.Errorf("a warm browser's new session: %w", err))
+	// The gate hears the warm start failed, and the cold start that
+	// follows takes its own permit, under its own kind: its time is not a
+	// warm start's.
+	c.slot.Started(queue.StartFailed)
+	if err := c.slot.Restart(c.ctx, c.browser.String()); err != nil {
+		return true, err
+	}
 	return false, nil
 }

@@ -2,13 +2,16 @@ package hub
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/websummoner/websummoner/internal/capacity"
 	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
@@ -360,17 +363,15 @@ func TestWarmPoolInStatus(t *testing.T) {
 	})
 }
 
-// Without authentication, -tenant-header names the tenant: a tenant at its
-// maxSessions waits, and neither a free slot nor a ready browser goes to it.
 // A tenant header that is no tenant's name is refused whole, not cut:
 // cut at 128 bytes, two long names were one tenant, and one cut inside a
 // character was not UTF-8 (Probe P).
 func TestTenantHeaderRefused(t *testing.T) {
 	f := newFixture(t, queue.Options{Limit: 1}, Options{TenantHeader: "X-Team"}, &stubLauncher{})
 	for what, v := range map[string]string{
-		"129 bytes":  strings.Repeat("B", 128) + "x",
-		"not UTF-8":  "team-\xff\xfe",
-		"a cut rune": strings.Repeat("A", 127) + "é",
+		"129 bytes":                  strings.Repeat("B", 128) + "x",
+		"not UTF-8":                  "team-\xff\xfe",
+		"a character past 128 bytes": strings.Repeat("A", 127) + "é", // cut, it was not UTF-8
 	} {
 		resp, body := f.do("POST", "/session", w3cChrome, "X-Team", v)
 		if code, msg := errOf(body); resp.StatusCode != 400 || code != "invalid argument" || !strings.Contains(msg, "X-Team") {
@@ -384,6 +385,8 @@ func TestTenantHeaderRefused(t *testing.T) {
 	f.do("DELETE", "/session/"+sessionID(t, body), "")
 }
 
+// Without authentication, -tenant-header names the tenant: a tenant at its
+// maxSessions waits, and neither a free slot nor a ready browser goes to it.
 func TestTenantHeaderAndMaxSessions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		qs, err := queue.ParseQuotas([]byte(`{"team-a": {"maxSessions": 1}}`))
@@ -613,6 +616,57 @@ func TestWarmPoolNearHitsBehindTheStartGate(t *testing.T) {
 		}
 		for _, s := range f.sess.List() {
 			f.do("DELETE", "/session/"+s.ID, "")
+		}
+	})
+}
+
+// A near hit whose warm browser fails its client's session starts cold:
+// the gate hears the warm start failed, and the cold start takes a permit
+// of its own (it was counted as a warm start, cold start's time and all).
+func TestWarmPoolNearHitFallsBackCold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		greg := prometheus.NewRegistry()
+		g, err := capacity.New(capacity.Options{Limit: 4, Mode: capacity.Fixed, Fixed: 2}, nil, greg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := &stubLauncher{wrap: func(next http.Handler) http.Handler {
+			var creates atomic.Int32 // this driver's: its second session fails
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost && r.URL.Path == "/session" && creates.Add(1) == 2 {
+					webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrSessionNotCreated, "the browser crashed")
+					return
+				}
+				next.ServeHTTP(w, r)
+			})
+		}}
+		f := newWarmFixture(t, queue.Options{Limit: 4, Gate: g}, pool.Options{Size: 1}, l)
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		resp, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","goog:chromeOptions":{"args":["--lang=de"]}}}}`)
+		if resp.StatusCode != 200 {
+			t.Fatalf("a near hit whose warm browser failed: %d %v, want a cold start's session", resp.StatusCode, body)
+		}
+		outcome := func(o string) float64 {
+			mfs, _ := greg.Gather()
+			for _, mf := range mfs {
+				if mf.GetName() == "websummoner_gate_start_outcomes_total" {
+					for _, m := range mf.GetMetric() {
+						if m.GetLabel()[0].GetValue() == o {
+							return m.GetCounter().GetValue()
+						}
+					}
+				}
+			}
+			return -1
+		}
+		if failed := outcome(queue.StartFailed.String()); failed != 1 {
+			t.Fatalf("gate outcomes failed = %v, want 1 (the warm browser's)", failed)
+		}
+		f.do("DELETE", "/session/"+sessionID(t, body), "")
+		synctest.Wait()
+		if st := g.Stats(); st.InFlight != 0 {
+			t.Fatalf("gate after the session: %+v, want nothing in flight", st)
 		}
 	})
 }

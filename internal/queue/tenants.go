@@ -69,6 +69,10 @@ func ParseQuotas(data []byte) (*Quotas, error) {
 		if _, dup := q.byName[name]; dup {
 			return nil, fmt.Errorf("tenant %q is named twice", name)
 		}
+		if string(bytes.TrimSpace(m.value)) == "null" {
+			q.byName[name] = Quota{} // the defaults, as an empty object
+			continue
+		}
 		fields, err := members(m.value)
 		if err != nil {
 			return nil, fmt.Errorf("tenant %q: not a JSON object of fields (weight, maxSessions, maxQueued): %w", name, err)
@@ -307,16 +311,26 @@ func (q *Queue) SetQuotas(qs *Quotas) {
 	q.dispatchLocked(time.Now())
 }
 
-// Starved counts the waiters that may run but find every slot held, less
-// the slots already being released (each goes to one of them): after a
-// reload that let them run, the warm pool frees that many (hub.SetQuotas).
+// Starved counts the waiters that would run now but find every slot held
+// — of each waiting tenant, as many as its maxSessions still lets run —
+// less the slots already being released (each goes to one of them): after
+// a reload that let them run, the warm pool frees that many
+// (hub.SetQuotas).
 func (q *Queue) Starved() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.inUse < q.opts.Limit {
 		return 0
 	}
-	return max(0, q.runnableWaitersLocked()-q.releasing)
+	n := 0
+	for _, t := range q.backlog {
+		room := t.waiters.Len()
+		if m := t.quota.MaxSessions; m > 0 {
+			room = min(room, max(0, m-t.running))
+		}
+		n += room
+	}
+	return max(0, n-q.releasing)
 }
 
 // Quotas returns the quotas in force (nil: every tenant has the defaults).

@@ -280,6 +280,43 @@ func TestWaitersAtMaxSessionsKeepNoSlotFromOthers(t *testing.T) {
 	}
 }
 
+// Starved counts, of each waiting tenant, the waiters its maxSessions lets
+// run: a reload that raises team-a's 1 to 3 while it runs 1 and 10 wait
+// frees 2 ready browsers' slots, not 10.
+func TestStarvedCountsWhatMayRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Options{Limit: 4, Quotas: mustQuotas(t, `{"a": {"maxSessions": 1}}`)})
+		a0 := h.acquireAs("a", "a0")
+		var spares []*Slot
+		for range 3 {
+			spares = append(spares, h.q.Spare(1, "")) // the warm pool's ready browsers
+		}
+		var waiting []*pending
+		for i := range 10 {
+			waiting = append(waiting, h.acquireAs("a", fmt.Sprint("a", i+1)))
+		}
+		if n := h.q.Starved(); n != 0 {
+			t.Fatalf("Starved at maxSessions 1 = %d, want 0", n)
+		}
+		h.q.SetQuotas(mustQuotas(t, `{"a": {"maxSessions": 3}}`))
+		if n := h.q.Starved(); n != 2 {
+			t.Fatalf("Starved after raising maxSessions to 3 with 1 running = %d, want 2", n)
+		}
+		h.q.SetQuotas(mustQuotas(t, `{}`))
+		if n := h.q.Starved(); n != 10 {
+			t.Fatalf("Starved without a maxSessions = %d, want 10", n)
+		}
+		for _, p := range waiting {
+			p.cancel()
+		}
+		synctest.Wait()
+		for _, s := range spares {
+			s.Release()
+		}
+		a0.slot.Release()
+	})
+}
+
 // A request past its tenant's maxQueued is refused at once: 429's reason
 // quota, with Retry-After, counted and logged; other tenants still queue.
 func TestMaxQueued(t *testing.T) {
@@ -319,6 +356,9 @@ func TestParseQuotas(t *testing.T) {
 	}
 	if !q.Named("alice") || q.Named("bob") || q.Named("*") {
 		t.Fatal("Named")
+	}
+	if n := mustQuotas(t, `{"a": null}`).Of("a"); n.Weight != 1 || n.MaxSessions != 0 {
+		t.Fatalf("a tenant set to null: %+v, want the defaults", n)
 	}
 	var nilQ *Quotas
 	if nilQ.Of("x").Weight != 1 {
