@@ -385,42 +385,58 @@ func TestTenantHeaderRefused(t *testing.T) {
 	f.do("DELETE", "/session/"+sessionID(t, body), "")
 }
 
+// newTenantPoolFixture is a hub in fake time with quotas, tenants by the
+// X-Team header and a warm pool of one, filled.
+func newTenantPoolFixture(t *testing.T, quotas string, limit int, timeout time.Duration) *fixture {
+	t.Helper()
+	qs, err := queue.ParseQuotas([]byte(quotas))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &stubLauncher{mem: newMemTransport()}
+	f := newFixture(t, queue.Options{Limit: limit, Timeout: timeout, Quotas: qs}, Options{TenantHeader: "X-Team", WarmPool: pool.Options{Size: 1}}, l)
+	f.hub.Start()
+	t.Cleanup(func() { f.hub.pool.Close(); synctest.Wait() })
+	time.Sleep(2 * time.Second)
+	synctest.Wait()
+	return f
+}
+
+// teamAAtMaxSessions creates team-a's one session, lets the pool refill,
+// and sends team-a's next request, which must wait: done gets its status.
+func teamAAtMaxSessions(t *testing.T, f *fixture) (first string, done chan int) {
+	t.Helper()
+	resp, body := f.do("POST", "/session", w3cChrome, "X-Team", "team-a")
+	if resp.StatusCode != 200 {
+		t.Fatalf("team-a's first: %d %v", resp.StatusCode, body)
+	}
+	first = sessionID(t, body)
+	time.Sleep(2 * time.Second) // the pool refills
+	synctest.Wait()
+	done = make(chan int, 1)
+	go func() {
+		resp, _ := f.do("POST", "/session", w3cChrome, "X-Team", "team-a")
+		done <- resp.StatusCode
+	}()
+	synctest.Wait()
+	select {
+	case code := <-done:
+		t.Fatalf("team-a past its maxSessions got an answer at once: %d", code)
+	default:
+	}
+	return first, done
+}
+
 // Without authentication, -tenant-header names the tenant: a tenant at its
 // maxSessions waits, and neither a free slot nor a ready browser goes to it.
 func TestTenantHeaderAndMaxSessions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		qs, err := queue.ParseQuotas([]byte(`{"team-a": {"maxSessions": 1}}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := &stubLauncher{mem: newMemTransport()}
-		f := newFixture(t, queue.Options{Limit: 3, Timeout: time.Minute, Quotas: qs}, Options{TenantHeader: "X-Team", WarmPool: pool.Options{Size: 1}}, l)
-		f.hub.Start()
-		t.Cleanup(func() { f.hub.pool.Close(); synctest.Wait() })
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
-		resp, body := f.do("POST", "/session", w3cChrome, "X-Team", "team-a")
-		if resp.StatusCode != 200 {
-			t.Fatalf("team-a's first: %d %v", resp.StatusCode, body)
-		}
-		first := sessionID(t, body)
-		time.Sleep(2 * time.Second) // the pool refills
-		synctest.Wait()
-		done := make(chan int, 1)
-		go func() {
-			resp, _ := f.do("POST", "/session", w3cChrome, "X-Team", "team-a")
-			done <- resp.StatusCode
-		}()
-		synctest.Wait()
-		select {
-		case code := <-done:
-			t.Fatalf("team-a past its maxSessions got an answer at once: %d", code)
-		default:
-		}
+		f := newTenantPoolFixture(t, `{"team-a": {"maxSessions": 1}}`, 3, time.Minute)
+		first, done := teamAAtMaxSessions(t, f)
 		if st := f.hub.pool.Stats(); len(st) != 1 || st[0].Ready != 1 {
 			t.Fatalf("a tenant at its maxSessions took the ready browser: %+v", st)
 		}
-		resp, body = f.do("POST", "/session", w3cChrome, "X-Team", "team-b")
+		resp, body := f.do("POST", "/session", w3cChrome, "X-Team", "team-b")
 		if resp.StatusCode != 200 {
 			t.Fatalf("team-b: %d %v", resp.StatusCode, body)
 		}
@@ -450,16 +466,7 @@ func TestTenantHeaderAndMaxSessions(t *testing.T) {
 // refused ones too, logged [POOL_DISCARD] [evicted]). It counts as a miss.
 func TestCappedTenantEvictsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		qs, err := queue.ParseQuotas([]byte(`{"team-a": {"maxSessions": 1, "maxQueued": 1}}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := &stubLauncher{mem: newMemTransport()}
-		f := newFixture(t, queue.Options{Limit: 2, Timeout: time.Minute, Quotas: qs}, Options{TenantHeader: "X-Team", WarmPool: pool.Options{Size: 1}}, l)
-		f.hub.Start()
-		t.Cleanup(func() { f.hub.pool.Close(); synctest.Wait() })
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
+		f := newTenantPoolFixture(t, `{"team-a": {"maxSessions": 1, "maxQueued": 1}}`, 2, time.Minute)
 		resp, body := f.do("POST", "/session", w3cChrome, "X-Team", "team-a")
 		if resp.StatusCode != 200 {
 			t.Fatalf("team-a's first: %d %v", resp.StatusCode, body)
@@ -500,31 +507,8 @@ func TestCappedTenantEvictsNothing(t *testing.T) {
 // behind three ready browsers until a session idled out).
 func TestQuotaReloadFreesReadySlotsForWaiters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		qs, err := queue.ParseQuotas([]byte(`{"team-a": {"maxSessions": 1}}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := &stubLauncher{mem: newMemTransport()}
-		f := newFixture(t, queue.Options{Limit: 2, Timeout: 10 * time.Minute, Quotas: qs}, Options{TenantHeader: "X-Team", WarmPool: pool.Options{Size: 1}}, l)
-		f.hub.Start()
-		t.Cleanup(func() { f.hub.pool.Close(); synctest.Wait() })
-		time.Sleep(2 * time.Second)
-		synctest.Wait()
-		_, body := f.do("POST", "/session", w3cChrome, "X-Team", "team-a")
-		first := sessionID(t, body)
-		time.Sleep(2 * time.Second) // the pool refills: both slots held
-		synctest.Wait()
-		done := make(chan int, 1)
-		go func() {
-			resp, _ := f.do("POST", "/session", w3cChrome, "X-Team", "team-a")
-			done <- resp.StatusCode
-		}()
-		synctest.Wait()
-		select {
-		case code := <-done:
-			t.Fatalf("team-a past its maxSessions answered at once: %d", code)
-		default:
-		}
+		f := newTenantPoolFixture(t, `{"team-a": {"maxSessions": 1}}`, 2, 10*time.Minute)
+		first, done := teamAAtMaxSessions(t, f)
 		raised, err := queue.ParseQuotas([]byte(`{"team-a": {"maxSessions": 3}}`))
 		if err != nil {
 			t.Fatal(err)

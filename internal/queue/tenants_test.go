@@ -21,6 +21,19 @@ func (h *harness) acquireAs(tenant, id string) *pending {
 	return p
 }
 
+// settle ends every request of ps: a slot it got is released, a wait is
+// given up.
+func settle(ps []*pending) {
+	for _, p := range ps {
+		if p.finished() && p.slot != nil {
+			p.slot.Release()
+		} else {
+			p.cancel()
+		}
+	}
+	synctest.Wait()
+}
+
 func mustQuotas(t *testing.T, doc string) *Quotas {
 	t.Helper()
 	q, err := ParseQuotas([]byte(doc))
@@ -59,14 +72,7 @@ func TestLatecomerBehindAFlood(t *testing.T) {
 		if !flood[2].finished() {
 			t.Fatal("with the latecomer gone, the flood is first in, first out")
 		}
-		for _, p := range flood {
-			if p.finished() && p.slot != nil {
-				p.slot.Release()
-			} else {
-				p.cancel()
-			}
-		}
-		synctest.Wait()
+		settle(flood)
 	})
 }
 
@@ -109,14 +115,7 @@ func TestUncontestedStartsAreNoDebt(t *testing.T) {
 		}
 		late.slot.Release()
 		held.slot.Release()
-		for _, p := range flood {
-			if p.finished() && p.slot != nil {
-				p.slot.Release()
-			} else {
-				p.cancel()
-			}
-		}
-		synctest.Wait()
+		settle(flood)
 	})
 }
 
