@@ -352,8 +352,9 @@ type Queue struct {
 	// vnow is the virtual time the last admission started at (start-time
 	// fair queuing): the system's while nobody waits (virtualNowLocked). A
 	// tenant new to the queue starts at the system's, and one that starts
-	// waiting joins no earlier: starts nobody contested are no debt, and
-	// leaving to rejoin erases none.
+	// waiting joins no earlier: starts nobody contested are no debt, and a
+	// tenant that still holds a session erases none by leaving the queue to
+	// rejoin (one that holds and waits for nothing is forgotten).
 	vnow   float64
 	quotas *Quotas
 	// restarts are slot holders waiting for a start permit again
