@@ -269,8 +269,7 @@ func (h *Hub) startNear(c *creation) (bool, error) {
 	}
 	// The client's session starts a browser on the warm container (the
 	// container's start alone is saved): the start gate paces it as any
-	// start, with a baseline of its own; a cold start after it, if the
-	// warm browser fails, goes on with the same permit.
+	// start, with a baseline of its own.
 	if err := c.slot.Restart(c.ctx, c.browser.String()+" (warm)"); err != nil {
 		return true, err // abandon stops the browser and frees the slot
 	}

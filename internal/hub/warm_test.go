@@ -302,7 +302,7 @@ func TestWarmPoolDrains(t *testing.T) {
 }
 
 // "warm" sizes an entry's pool over -warm-pool N, 0 included: a default
-// version set to 0 keeps none (Probe P: 0 read as unset kept N).
+// version set to 0 keeps none, not N as if unset.
 func TestEntriesWarm(t *testing.T) {
 	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{})
 	bs, err := config.Parse([]byte(`{"chrome": {"default": "2", "versions": {
@@ -364,8 +364,8 @@ func TestWarmPoolInStatus(t *testing.T) {
 }
 
 // A tenant header that is no tenant's name is refused whole, not cut:
-// cut at 128 bytes, two long names were one tenant, and one cut inside a
-// character was not UTF-8 (Probe P).
+// cut at 128 bytes, two long names would be one tenant, and one cut inside
+// a character would not be UTF-8.
 func TestTenantHeaderRefused(t *testing.T) {
 	f := newFixture(t, queue.Options{Limit: 1}, Options{TenantHeader: "X-Team"}, &stubLauncher{})
 	for what, v := range map[string]string{
@@ -462,8 +462,8 @@ func TestTenantHeaderAndMaxSessions(t *testing.T) {
 
 // A request of a tenant at its maxSessions evicts no ready browser: it
 // would wait whatever is freed, and each eviction cost a browser's start
-// and other tenants their ready one (Probe P: every such request, the
-// refused ones too, logged [POOL_DISCARD] [evicted]). It counts as a miss.
+// and other tenants their ready one, the refused requests' too. It counts
+// as a miss.
 func TestCappedTenantEvictsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newTenantPoolFixture(t, `{"team-a": {"maxSessions": 1, "maxQueued": 1}}`, 2, time.Minute)
@@ -503,8 +503,8 @@ func TestCappedTenantEvictsNothing(t *testing.T) {
 }
 
 // A reload that lets a waiting tenant run gives it a ready browser's slot
-// at once, as a request arriving gets one (Probe P: the waiter sat 56 s
-// behind three ready browsers until a session idled out).
+// at once, as a request arriving gets one: it must not wait behind ready
+// browsers until a session ends.
 func TestQuotaReloadFreesReadySlotsForWaiters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newTenantPoolFixture(t, `{"team-a": {"maxSessions": 1}}`, 2, 10*time.Minute)
@@ -562,8 +562,8 @@ func TestWarmPoolFillsOverlapBehindTheStartGate(t *testing.T) {
 	})
 }
 
-// Near hits start browsers behind the start gate, as cold starts do
-// (Probe P: four near hits ran side by side past -start-gate 2).
+// Near hits start browsers behind the start gate, as cold starts do: a
+// near hit starts a whole browser in its warm container.
 func TestWarmPoolNearHitsBehindTheStartGate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g, err := capacity.New(capacity.Options{Limit: 8, Mode: capacity.Fixed, Fixed: 2}, nil, nil)

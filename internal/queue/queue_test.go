@@ -545,8 +545,7 @@ func TestGateIsPartOfAdmission(t *testing.T) {
 // A slot whose start has ended takes a start permit again (a warm
 // browser's near hit starts a browser on it): it waits for the gate as
 // any start does, before queued requests, and gives the permit back once
-// reported; a holder that leaves while waiting takes none (Probe P: near
-// hits started browsers beside a full gate).
+// reported; a holder that leaves while waiting takes none.
 func TestRestartWaitsForTheGate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := &fakeGate{permits: 1}

@@ -77,27 +77,19 @@ func ParseQuotas(data []byte) (*Quotas, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tenant %q: not a JSON object of fields (weight, maxSessions, maxQueued): %w", name, err)
 		}
-		var qt Quota
 		seen := map[string]bool{}
 		for _, f := range fields {
-			var dst any
-			switch f.name {
-			case "weight":
-				dst = &qt.Weight
-			case "maxSessions":
-				dst = &qt.MaxSessions
-			case "maxQueued":
-				dst = &qt.MaxQueued
-			default:
+			switch {
+			case f.name != "weight" && f.name != "maxSessions" && f.name != "maxQueued":
 				return nil, fmt.Errorf("tenant %q: unknown field %q (fields: weight, maxSessions, maxQueued, spelt so)", name, f.name)
-			}
-			if seen[f.name] {
+			case seen[f.name]:
 				return nil, fmt.Errorf("tenant %q: %q is given twice", name, f.name)
 			}
 			seen[f.name] = true
-			if err := json.Unmarshal(f.value, dst); err != nil {
-				return nil, fmt.Errorf("tenant %q: %q: %v", name, f.name, err)
-			}
+		}
+		var qt Quota
+		if err := json.Unmarshal(m.value, &qt); err != nil {
+			return nil, fmt.Errorf("tenant %q: %v", name, err)
 		}
 		switch {
 		case qt.Weight < 0 || qt.Weight > 1e6 || math.IsNaN(qt.Weight):

@@ -78,7 +78,7 @@ func TestLatecomerBehindAFlood(t *testing.T) {
 
 // Starts nobody contested are no debt: a tenant that ran many sessions one
 // after another while nobody waited is not put behind a flood that came
-// later (Probe P: bob waited behind all 15 of the flood's requests).
+// later.
 func TestUncontestedStartsAreNoDebt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, Options{Limit: 2})
@@ -364,8 +364,8 @@ func TestParseQuotas(t *testing.T) {
 		t.Fatal("nil quotas: weight 1")
 	}
 	for _, bad := range []string{`[]`, `{"a": {"weight": -1}}`, `{"a": {"maxSessions": -2}}`, `{"a": {"maxQueued": -1}}`, `{"a": {"wieght": 2}}`, `{"": {}}`,
-		// Probe P: a repeat, a field in other capitals and the metrics'
-		// bucket's name loaded without a word.
+		// A repeat (Go's JSON keeps the last), a field in other capitals
+		// (Go's JSON matches any case) and the metrics' bucket's name.
 		`{"x": {"weight": -1}, "x": {"weight": 2}}`, `{"x": {"WEIGHT": 2}}`, `{"x": {"weight": 2, "weight": 3}}`, `{"other": {"maxSessions": 5}}`,
 		`{"a": {}} {}`, `{"a": []}`, `{"a": {"weight": "2"}}`} {
 		if _, err := ParseQuotas([]byte(bad)); err == nil {

@@ -31,8 +31,8 @@ func TestCanonicalCaps(t *testing.T) {
 		"w3c off":         {"browserName": "chrome", "goog:chromeOptions": map[string]any{"w3c": false}},
 		"a proxy":         {"browserName": "chrome", "proxy": map[string]any{"proxyType": "manual", "httpProxy": "p:1"}},
 		"another browser": {"browserName": "chromium"},
-		// What a driver reads otherwise than the default (Probe P: each was
-		// a hit, where a cold start answered otherwise).
+		// What a driver reads otherwise than the default: handed a ready
+		// browser, each would be answered otherwise than a cold start.
 		"no script timeout":      {"browserName": "chrome", "timeouts": map[string]any{"script": nil}},
 		"an empty proxy":         {"browserName": "chrome", "proxy": map[string]any{}},
 		"an empty platform name": {"browserName": "chrome", "platformName": ""},
