@@ -410,16 +410,17 @@ func (q *Queue) Tenants() []TenantStats {
 	return out
 }
 
-// virtualNowLocked is the system's virtual time: the least of the waiting
-// tenants' virtual times, or, with none waiting, the one the last admission
-// started at.
+// virtualNowLocked is the system's virtual time: the least of the virtual
+// times of the waiting tenants that may run, or, with none, the one the last
+// admission started at. A tenant held at its maxSessions is left out: its
+// virtual time stands still while it may not start, and a newcomer joining
+// there would take every start ahead of the tenants that share the slots.
 func (q *Queue) virtualNowLocked() float64 {
-	if len(q.backlog) == 0 {
-		return q.vnow
-	}
-	least := q.backlog[0].vtime
-	for _, o := range q.backlog[1:] {
-		least = min(least, o.vtime)
+	least, found := q.vnow, false
+	for _, o := range q.backlog {
+		if q.mayRunLocked(o) && (!found || o.vtime < least) {
+			least, found = o.vtime, true
+		}
 	}
 	return least
 }
@@ -428,10 +429,10 @@ func (q *Queue) virtualNowLocked() float64 {
 // on by one start's worth, from the system's if t was behind it (a tenant
 // that did not wait takes no credit for the time it asked for nothing).
 func (q *Queue) admitLocked(t *tenant) {
-	t.running++
 	t.vtime = max(t.vtime, q.virtualNowLocked())
 	q.vnow = t.vtime
 	t.vtime += 1 / t.quota.Weight
+	t.running++
 }
 
 // backloggedLocked is called as t's first waiter queues: t joins the

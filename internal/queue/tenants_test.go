@@ -119,6 +119,73 @@ func TestUncontestedStartsAreNoDebt(t *testing.T) {
 	})
 }
 
+// A tenant held at its maxSessions does not hold the system's virtual time
+// back: its own stands still while it may not start, and a newcomer joining
+// there would take every start ahead of the tenant sharing the slots.
+func TestCappedWaiterIsNotTheSystemsTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, Options{Limit: 3, Quotas: mustQuotas(t, `{"capped": {"maxSessions": 1}, "busy": {}, "late": {}}`)})
+		held := []*pending{h.acquireAs("capped", "c0")}
+		stuck := h.acquireAs("capped", "c1") // waits for its own tenant's session
+		var busy []*pending
+		for i := range 20 {
+			busy = append(busy, h.acquireAs("busy", fmt.Sprint("b", i)))
+		}
+		// Busy alone shares the two other slots for a while: its virtual
+		// time runs on, capped's stands still.
+		for range 10 {
+			var p *pending
+			for _, b := range busy {
+				if b.finished() && b.slot != nil {
+					p = b
+					break
+				}
+			}
+			p.slot.Release()
+			p.slot = nil
+			synctest.Wait()
+		}
+		var late []*pending
+		for i := range 5 {
+			late = append(late, h.acquireAs("late", fmt.Sprint("l", i)))
+		}
+		count := func(ps []*pending) (n int) {
+			for _, p := range ps {
+				if p.finished() {
+					n++
+				}
+			}
+			return n
+		}
+		lateBefore, busyBefore := count(late), count(busy)
+		for range 4 {
+			var p *pending
+			for _, b := range append(append([]*pending{}, busy...), late...) {
+				if b.finished() && b.slot != nil {
+					p = b
+					break
+				}
+			}
+			p.slot.Release()
+			p.slot = nil
+			synctest.Wait()
+		}
+		lateStarts, busyStarts := count(late)-lateBefore, count(busy)-busyBefore
+		if lateStarts != 2 || busyStarts != 2 {
+			t.Fatalf("of 4 starts the newcomer took %d and busy %d, want 2 each: the newcomer joined at the capped tenant's virtual time", lateStarts, busyStarts)
+		}
+		if stuck.finished() {
+			t.Fatal("the capped tenant started past its maxSessions")
+		}
+		held[0].slot.Release()
+		synctest.Wait()
+		if !stuck.finished() || !stuck.out.Admitted {
+			t.Fatal("the capped tenant's waiter did not take its own tenant's freed slot")
+		}
+		settle(append(append([]*pending{stuck}, busy...), late...))
+	})
+}
+
 // Under saturation, weights 1:2 share the starts 1:2, also where -limit
 // does not divide by the weights.
 func TestWeightsShareStarts(t *testing.T) {
