@@ -531,6 +531,9 @@ func (h *Hub) register(c *creation) error {
 			s.Video = c.driver.ID + ".mp4"
 		}
 	}
+	if err := h.keptUnder(c.driver.ID); err != nil {
+		return err
+	}
 	// Before Add: the registry takes the instance's endpoints as they are then.
 	c.inst.SessionCreated(c.driver.ID, c.driver.Caps)
 	s.BiDiPath = bidiPath(c.driver.Caps)

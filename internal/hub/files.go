@@ -22,6 +22,7 @@ import (
 
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
+	"github.com/websummoner/websummoner/internal/session"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
@@ -143,6 +144,25 @@ func (h *Hub) ownSessionFile(user, name string, kind fileKind) bool {
 	}
 	_, owner, ok := h.sessions.EndedReason(id)
 	return ok && owner == user
+}
+
+// keptUnder refuses a session id that a kept file is named after by default
+// ({id}.mp4, {id}.log): the driver chose the id, and a user's session of
+// that id would be taken for the owner of another's file (ownSessionFile),
+// one whose session the registry has forgotten or that chose that name.
+func (h *Hub) keptUnder(id string) error {
+	for _, k := range []struct {
+		dir  string
+		kind fileKind
+	}{{h.opts.VideoDir, videoFiles}, {h.opts.LogDir, logFiles}} {
+		if k.dir == "" || launcher.SafeName(id) != id {
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(k.dir, id+k.kind.ownSuffix)); err == nil {
+			return fmt.Errorf("%w: %s", session.ErrDuplicate, id)
+		}
+	}
+	return nil
 }
 
 // serveDir serves a directory of finished files: GET lists (?json: a JSON

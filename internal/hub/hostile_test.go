@@ -1,9 +1,14 @@
 package hub
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,5 +142,63 @@ func TestPanicInAPhaseReleasesTheSlot(t *testing.T) {
 	}
 	if st := fx.q.Stats(); st.InUse != 0 {
 		t.Fatalf("slot leaked by a panic: %+v", st)
+	}
+}
+
+// A driver answers the session id it likes (the container may be the
+// client's): an id this hub has used, or that a kept video or log is named
+// after, is refused, so that no session is taken for another's (its kept
+// files are served to the owner of the session of that id), and nothing of
+// the refused start is left.
+func TestDriverChosenSessionID(t *testing.T) {
+	var chosen atomic.Value
+	l := &stubLauncher{wrap: func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodPost || r.URL.Path != "/session" {
+				h.ServeHTTP(w, r)
+				return
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, r)
+			var answer map[string]map[string]any
+			if err := json.Unmarshal(rec.Body.Bytes(), &answer); err != nil || answer["value"] == nil {
+				t.Errorf("the stub's new-session answer: %s", rec.Body)
+				return
+			}
+			answer["value"]["sessionId"] = chosen.Load().(string)
+			writeJSON(w, http.StatusOK, answer)
+		})
+	}}
+	videos, logs := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(videos, "bobs.mp4"), []byte("video"), 0o644)
+	os.WriteFile(filepath.Join(logs, "report.log"), []byte("log"), 0o644)
+	fx := newFixture(t, queue.Options{Limit: 1}, Options{VideoDir: videos, LogDir: logs}, l)
+	create := func(id string) (int, string) {
+		chosen.Store(id)
+		resp, body := fx.do("POST", "/session", w3cChrome)
+		v, _ := body["value"].(map[string]any)
+		msg, _ := v["message"].(string)
+		return resp.StatusCode, msg
+	}
+	for _, id := range []string{"bobs", "report"} {
+		if status, msg := create(id); status != http.StatusInternalServerError || !strings.Contains(msg, "already used") {
+			t.Errorf("a driver's id %q that a kept file is named after: %d %q, want 500 saying the id was used", id, status, msg)
+		}
+		if fx.sess.Len() != 0 || fx.q.Stats().InUse != 0 || l.liveCount() != 0 {
+			t.Fatalf("leak after a refused id: sessions %d, slots %d, drivers %d", fx.sess.Len(), fx.q.Stats().InUse, l.liveCount())
+		}
+	}
+	if status, msg := create("fresh"); status != http.StatusOK {
+		t.Fatalf("a fresh id: %d %q", status, msg)
+	}
+	if resp, _ := fx.do("DELETE", "/session/fresh", ""); resp.StatusCode != http.StatusOK {
+		t.Fatalf("DELETE: %d", resp.StatusCode)
+	}
+	fx.ev.Wait(t, "[SESSION_DELETED]", 10*time.Second)
+	if status, msg := create("fresh"); status != http.StatusInternalServerError || !strings.Contains(msg, "already used") {
+		t.Errorf("an ended session's id again: %d %q, want 500", status, msg)
+	}
+	if fx.sess.Len() != 0 || fx.q.Stats().InUse != 0 || l.liveCount() != 0 {
+		t.Fatalf("leak: sessions %d, slots %d, drivers %d", fx.sess.Len(), fx.q.Stats().InUse, l.liveCount())
 	}
 }

@@ -164,8 +164,10 @@ func New(opts Options, logger *slog.Logger, reg prometheus.Registerer) (*Registr
 	return r, nil
 }
 
-// ErrDuplicate is returned by Add for a session id already live.
-var ErrDuplicate = errors.New("session id already in use")
+// ErrDuplicate is returned by Add for a session id live or remembered: a
+// driver is not trusted to answer a fresh one, and an id used again would be
+// taken for the first session's (whose it was, why it ended, its kept files).
+var ErrDuplicate = errors.New("the driver answered a session id this hub has already used")
 
 // Add registers a started session; from now on the registry owns its instance and
 // slot and will release both exactly once. On error the caller still owns them.
@@ -179,7 +181,9 @@ func (r *Registry) Add(s *Session, slot Releaser) error {
 	}
 	s.ended = make(chan struct{})
 	r.mu.Lock()
-	if _, dup := r.sessions[s.ID]; dup {
+	_, live := r.sessions[s.ID]
+	_, past := r.recent[s.ID]
+	if live || past {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: %s", ErrDuplicate, s.ID)
 	}

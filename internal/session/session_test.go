@@ -3,6 +3,7 @@ package session
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/url"
 	"sync"
 	"sync/atomic"
@@ -153,15 +154,19 @@ func TestEndExactlyOnce(t *testing.T) {
 	}
 }
 
-// A driver may give a new session the id of one that has ended: a late end of
-// the first (a DELETE answered slowly, a crash noticed late) leaves the second.
+// A driver may give a new session the id of one that has ended and been
+// forgotten: a late end of the first (a DELETE answered slowly, a crash
+// noticed late) leaves the second.
 func TestEndIsOfTheSessionNotItsID(t *testing.T) {
-	r, _ := setup(t, Options{})
+	r, _ := setup(t, Options{Remember: 1})
 	add(t, r, "a", 0)
 	old, _ := r.Get("a")
 	if !r.End(old, ReasonDeleted) {
 		t.Fatal("the first session did not end")
 	}
+	add(t, r, "b", 0)
+	b, _ := r.Get("b")
+	r.End(b, ReasonDeleted) // "a" is forgotten
 	inst, slot := add(t, r, "a", 0)
 	if r.End(old, ReasonCrashed) || r.EndThen(old, ReasonDeleted, func() { t.Error("removed called for another session") }) {
 		t.Fatal("a late end of the first session ended the second")
@@ -190,6 +195,12 @@ func TestDuplicateAndRemember(t *testing.T) {
 	if _, ok := r.Ended("c"); !ok {
 		t.Fatal("forgot the newest")
 	}
+	// A remembered id is refused as a live one is: the new session would be
+	// taken for the old one's (its owner, why it ended, its kept files).
+	if err := r.Add(&Session{ID: "c", Instance: newFake()}, &countingSlot{}); !errors.Is(err, ErrDuplicate) {
+		t.Fatalf("an ended session's remembered id: %v, want ErrDuplicate", err)
+	}
+	add(t, r, "a", 0) // forgotten: a driver's id may come again
 }
 
 // Touch (side-channel traffic) restarts the idle timeout as a command's end
