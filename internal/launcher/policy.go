@@ -204,6 +204,9 @@ func envValueNamesFile(name, v string) bool {
 // own variables; anywhere, a network or container the operator did not name.
 // The error is a *webdriver.ArgumentError naming it.
 func CheckClient(b config.Resolved, o webdriver.Options, caps map[string]any) error {
+	if err := checkBlockShapes(caps); err != nil {
+		return err
+	}
 	for _, kv := range o.Env {
 		name, _, _ := strings.Cut(kv, "=")
 		if !clientEnvAllowed(b, name) {
@@ -341,6 +344,40 @@ func choosesWhatRuns(b config.Resolved, caps map[string]any) string {
 		}
 	}
 	return ""
+}
+
+// checkBlockShapes refuses a browser's options block that is not an object,
+// or whose args is not a list of strings or prefs not an object, as its
+// driver would: the hub adds to these blocks (a window size, a download
+// directory), and would otherwise put a malformed one right and start a
+// session without what the client asked for. null is the value left out.
+func checkBlockShapes(caps map[string]any) error {
+	for key, v := range caps {
+		if !browserBlocks[key] || v == nil {
+			continue
+		}
+		opts, ok := v.(map[string]any)
+		if !ok {
+			return &webdriver.ArgumentError{Msg: fmt.Sprintf("%q must be a JSON object of the browser's options, not %s", key, webdriver.JSONType(v))}
+		}
+		if args, ok := opts["args"]; ok && args != nil {
+			list, ok := args.([]any)
+			if !ok {
+				return &webdriver.ArgumentError{Msg: fmt.Sprintf("%q.args must be a list of strings, such as [\"--headless\"], not %s", key, webdriver.JSONType(args))}
+			}
+			for _, a := range list {
+				if _, ok := a.(string); !ok {
+					return &webdriver.ArgumentError{Msg: fmt.Sprintf("%q.args must be a list of strings: it holds %s", key, webdriver.JSONType(a))}
+				}
+			}
+		}
+		if prefs, ok := opts["prefs"]; ok && prefs != nil {
+			if _, ok := prefs.(map[string]any); !ok {
+				return &webdriver.ArgumentError{Msg: fmt.Sprintf("%q.prefs must be a JSON object, not %s", key, webdriver.JSONType(prefs))}
+			}
+		}
+	}
+	return nil
 }
 
 // browserBlocks are the options blocks a browser's driver reads, whose

@@ -233,7 +233,7 @@ func (n *NewSession) Candidates() ([]Candidate, error) {
 		for _, k := range stringCaps {
 			if v, ok := c.lookup(k); ok && v != nil {
 				if _, isString := v.(string); !isString {
-					return nil, argErr("capability %q must be a string (got %s)", k, jsonType(v))
+					return nil, argErr("capability %q must be a string (got %s)", k, JSONType(v))
 				}
 			}
 		}
@@ -308,14 +308,17 @@ func mapVersion(caps map[string]any) (string, error) {
 				return v, nil
 			}
 		default:
-			return "", argErr("desiredCapabilities.%s must be a string (got %s)", k, jsonType(v))
+			return "", argErr("desiredCapabilities.%s must be a string (got %s)", k, JSONType(v))
 		}
 	}
 	return "", nil
 }
 
-func jsonType(v any) string {
+// JSONType names the JSON type of a decoded value, for an error message.
+func JSONType(v any) string {
 	switch v.(type) {
+	case nil:
+		return "null"
 	case float64:
 		return "a number"
 	case bool:
@@ -722,14 +725,14 @@ func checkOverlay(base, over map[string]any, at string) error {
 		case map[string]any:
 			o, ok := ov.(map[string]any)
 			if !ok {
-				return argErr("capability %s%s must be a JSON object: browsers.json gives it one for this browser, and %s would remove it", at, k, jsonType(ov))
+				return argErr("capability %s%s must be a JSON object: browsers.json gives it one for this browser, and %s would remove it", at, k, JSONType(ov))
 			}
 			if err := checkOverlay(b, o, at+k+"."); err != nil {
 				return err
 			}
 		case []any:
 			if _, ok := ov.([]any); !ok {
-				return argErr("capability %s%s must be a JSON array: browsers.json gives one for this browser, and %s would remove it", at, k, jsonType(ov))
+				return argErr("capability %s%s must be a JSON array: browsers.json gives one for this browser, and %s would remove it", at, k, JSONType(ov))
 			}
 		}
 	}
