@@ -22,6 +22,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
 )
@@ -73,10 +74,14 @@ func (l *Launcher) startRecorder(ctx context.Context, inst *instance, r launcher
 			"CODEC=" + o.VideoCodec, "DISPLAY=:99", "BROWSER_CONTAINER_NAME=127.0.0.1"},
 		Labels: map[string]string{LabelInstance: l.opts.Instance, LabelSession: session, LabelBrowser: r.Browser.String(), LabelRole: "recorder"},
 	}
-	// It shares the browser's network: no raw sockets there either, and its
-	// processes count against the same kind of limit.
+	// It shares the browser's network: no raw sockets there either. It
+	// encodes what the client's page shows, so it is bounded as a browser
+	// is: the hub's -mem and -cpu (checked in New), and the same kind of
+	// process limit.
+	mem, _ := config.ParseMem(l.opts.Mem)
+	cpu, _ := config.ParseCPU(l.opts.CPU)
 	host := &container.HostConfig{NetworkMode: container.NetworkMode("container:" + inst.id), CapDrop: []string{"NET_RAW"},
-		Resources: container.Resources{PidsLimit: pidsLimit(l.opts.PidsLimit)}}
+		Resources: container.Resources{Memory: mem, NanoCPUs: cpu, PidsLimit: pidsLimit(l.opts.PidsLimit)}}
 	name := inst.name + "-recorder"
 	l.mu.Lock()
 	l.creating[name] = true

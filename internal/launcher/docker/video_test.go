@@ -75,7 +75,7 @@ func TestVideoRefusedWithoutRecorder(t *testing.T) {
 // real screen with the real recorder image.
 func TestRecorderLifecycle(t *testing.T) {
 	dir := t.TempDir()
-	l, ev := newLauncher(t, Options{VideoDir: dir, VideoImage: stubImage, PidsLimit: 2048}, nil)
+	l, ev := newLauncher(t, Options{VideoDir: dir, VideoImage: stubImage, PidsLimit: 2048, Mem: "512m", CPU: "0.5"}, nil)
 	r := stubRequest()
 	r.Options.EnableVideo, r.Options.VideoScreenSize, r.Options.VideoFrameRate, r.Options.VideoCodec = true, "1920x1080", 12, "libx264"
 	inst, err := l.Start(context.Background(), r)
@@ -98,6 +98,9 @@ func TestRecorderLifecycle(t *testing.T) {
 		}
 		if hc := info.HostConfig; !slices.ContainsFunc(hc.CapDrop, func(c string) bool { return strings.TrimPrefix(c, "CAP_") == "NET_RAW" }) || hc.PidsLimit == nil || *hc.PidsLimit != 2048 {
 			t.Errorf("%s: CapDrop %v PidsLimit %v, want NET_RAW dropped and 2048", c.Labels[LabelRole], hc.CapDrop, hc.PidsLimit)
+		}
+		if hc := info.HostConfig; hc.Memory != 512<<20 || hc.NanoCPUs != 5e8 {
+			t.Errorf("%s: Memory %d NanoCPUs %d, want -mem 512m and -cpu 0.5", c.Labels[LabelRole], hc.Memory, hc.NanoCPUs)
 		}
 	}
 	if n := l.Sweep(context.Background()); n != 0 {
