@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,5 +69,46 @@ func awaitProcess(t *testing.T, container, name string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no %s process in %s within a minute", name, container)
 		}
+	}
+}
+
+// The project's recorder told VIDEO_MAX_SIZE (the hub's -video-max-size)
+// ends its file there by itself: exit status 0 and a playable video a little
+// over the bound (its index), however long the session goes on.
+func TestRecorderEndsItsFileAtTheBound(t *testing.T) {
+	requireRealParts(t)
+	requireDocker(t)
+	browser, recorder := "ws-e2e-recmax-browser-"+runID, "ws-e2e-recmax-"+runID
+	dir := t.TempDir()
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("docker", args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("docker %s: %v %s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	t.Cleanup(func() { exec.Command("docker", "rm", "-f", browser, recorder).Run() })
+	run("run", "-d", "--name", browser, "--label", "websummoner.e2e.run="+runID, "-e", "SCREEN_RESOLUTION=1280x720x24", chromeTag)
+	const bound = 8000
+	run("run", "-d", "--name", recorder, "--label", "websummoner.e2e.run="+runID, "--network", "container:"+browser,
+		"-v", dir+":/data", "-e", "FILE_NAME=max.mp4", "-e", "VIDEO_SIZE=1280x720", "-e", "VIDEO_MAX_SIZE=8000", recorderTag)
+	// docker wait returns once the recorder has stopped by itself; the
+	// context bounds a recorder that ignores the bound.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", "wait", recorder).Output()
+	if err != nil {
+		t.Fatalf("the recorder did not stop at VIDEO_MAX_SIZE within 3 minutes (%v): %s", err, run("logs", recorder))
+	}
+	if code := strings.TrimSpace(string(out)); code != "0" {
+		t.Fatalf("the recorder stopped at its bound with exit status %s, want 0: %s", code, run("logs", recorder))
+	}
+	fi, err := os.Stat(filepath.Join(dir, "max.mp4"))
+	if err != nil || fi.Size() > 3*bound {
+		t.Fatalf("the file: %v, size %d, want at most %d (the bound and its index)", err, fi.Size(), 3*bound)
+	}
+	if _, dur := ffprobe(t, filepath.Join(dir, "max.mp4")); dur <= 0 {
+		t.Fatalf("the video ended at its bound lasts %vs", dur)
 	}
 }

@@ -136,6 +136,8 @@ func parseFlags(args []string, stderr io.Writer) (*flagConfig, error) {
 	fs.StringVar(&c.logFormat, "log-format", "text", "Log format: text (Selenoid's \"[id] [EVENT] [details]\" lines) or json (one object per line with stable keys, for log shippers)")
 	fs.StringVar(&c.docker.VideoDir, "video-output-dir", "video", "Where session videos (enableVideo) are written, served at /video/; created if missing")
 	fs.StringVar(&c.docker.VideoImage, "video-recorder-image", "websummoner/recorder:latest", "Image of the video recorder started next to a browser that records (images/recorder/build.sh builds it)")
+	c.docker.VideoMaxSize = launcher.DefaultVideoMaxSize
+	fs.Func("video-max-size", "A recording ends at this size, e.g. 2g; a larger file (a recorder image that ignores the bound) is not kept (0 = no bound; default 8g)", retentionSize(&c.docker.VideoMaxSize))
 	fs.StringVar(&c.logOutputDir, "log-output-dir", "", "Keep the output of sessions that ask (enableLog) in this directory as their logName or <session-id>.log, served at /logs/")
 	fs.BoolVar(&c.launch.SaveAllLogs, "save-all-logs", false, "With -log-output-dir, keep every session's log, asked or not")
 	fs.DurationVar(&c.logKeep.MaxAge, "log-retention-age", 0, "Remove kept logs in -log-output-dir last written longer ago than this, e.g. 168h (0 = keep everything)")
@@ -441,7 +443,7 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 		klog.SetSlogLogger(p.log)
 		c.kube.OnHealth = gate.SetHealthy
 		c.kube.ReadyTransport = drivers
-		c.kube.VideoDir, c.kube.VideoImage = c.docker.VideoDir, c.docker.VideoImage
+		c.kube.VideoDir, c.kube.VideoImage, c.kube.VideoMaxSize = c.docker.VideoDir, c.docker.VideoImage, c.docker.VideoMaxSize
 		c.kube.Exec = kube.NewExecer(cfg, client)
 		pods, err := kube.New(c.kube, client, p.log, reg)
 		if err != nil {
@@ -669,7 +671,7 @@ func retentionSize(dst *int64) func(string) error {
 		}
 		n, err := config.ParseMem(v)
 		if err != nil || n <= 0 {
-			return fmt.Errorf("%q is not a size such as 10g or 500m (0 keeps everything)", v)
+			return fmt.Errorf("%q is not a size such as 10g or 500m (0: no bound)", v)
 		}
 		*dst = n
 		return nil

@@ -28,12 +28,19 @@ while ! grep -q "@/tmp/.X11-unix/X${display#:}" /proc/net/unix 2>/dev/null; do
 done
 preset=
 [ "$codec" = libx264 ] && preset="-preset ultrafast"
+# VIDEO_MAX_SIZE (the hub's -video-max-size): ffmpeg stops at that many bytes
+# and ends the file as on SIGINT, so what the page shows bounds no disk.
+limit=
+case "${VIDEO_MAX_SIZE:-}" in
+  ''|0|*[!0-9]*) ;;
+  *) limit="-fs $VIDEO_MAX_SIZE" ;;
+esac
 [ -n "$stopped" ] && exit 0
-# shellcheck disable=SC2086 # preset is two words or none
+# shellcheck disable=SC2086 # preset and limit are two words or none
 ffmpeg -nostdin -hide_banner -loglevel warning -y \
   -f x11grab -draw_mouse 0 -video_size "$size" -framerate "$rate" -i "$display" \
   -codec:v "$codec" $preset -pix_fmt yuv420p -filter:v 'pad=ceil(iw/2)*2:ceil(ih/2)*2' \
-  "/data/$file" &
+  $limit "/data/$file" &
 pid=$!
 trap 'stopped=1; kill -INT "$pid" 2>/dev/null' INT TERM
 # wait returns when a trapped signal arrives; ffmpeg then finishes the file.

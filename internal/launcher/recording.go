@@ -1,8 +1,12 @@
 package launcher
 
 import (
+	"math"
 	"path"
+	"strconv"
 	"strings"
+
+	"github.com/websummoner/websummoner/internal/webdriver"
 )
 
 // RecordingFile is the name the recorder writes a session's video under:
@@ -34,4 +38,32 @@ func RecordingType(name string) string {
 		return "video/x-msvideo"
 	}
 	return "video/mp4"
+}
+
+// DefaultVideoMaxSize is -video-max-size's default: hours of an ordinary
+// screen, and minutes of one whose every frame changes.
+const DefaultVideoMaxSize = 8 << 30
+
+// RecorderEnv is the recorder's environment: Selenoid's recorder contract
+// (FILE_NAME, VIDEO_SIZE, FRAME_RATE, CODEC) and VIDEO_MAX_SIZE, the bytes
+// at which the project's recorder ends its file (maxSize; 0: none), which
+// Selenoid's ignores.
+func RecorderEnv(o webdriver.Options, maxSize int64) []string {
+	env := []string{"FILE_NAME=" + RecordingFile(o.VideoName), "VIDEO_SIZE=" + o.VideoScreenSize, "FRAME_RATE=" + strconv.Itoa(o.VideoFrameRate),
+		"CODEC=" + o.VideoCodec, "DISPLAY=:99", "BROWSER_CONTAINER_NAME=127.0.0.1"}
+	if maxSize > 0 {
+		env = append(env, "VIDEO_MAX_SIZE="+strconv.FormatInt(maxSize, 10))
+	}
+	return env
+}
+
+// VideoReadBound is the most of a recording the hub copies out for a
+// -video-max-size of maxSize (0: no bound): the recorder stops writing
+// frames there, then adds the file's index; a larger file (a recorder that
+// ignores the bound) is not kept.
+func VideoReadBound(maxSize int64) int64 {
+	if maxSize <= 0 {
+		return math.MaxInt64
+	}
+	return maxSize + maxSize/16 + 16<<20
 }

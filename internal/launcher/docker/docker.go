@@ -100,6 +100,10 @@ type Options struct {
 	// asking for video are refused.
 	VideoDir   string
 	VideoImage string
+	// VideoMaxSize is -video-max-size: the bytes at which a recording ends
+	// (launcher.RecorderEnv), and, with room for its index, the most of one
+	// that is kept (launcher.VideoReadBound). Zero: no bound.
+	VideoMaxSize int64
 	// LogConfig is -log-conf: every browser container's log driver and its
 	// options, as Selenoid applies them ("tag" defaults to the session's
 	// name, "labels" to its labels). Nil: the engine's default driver. Live

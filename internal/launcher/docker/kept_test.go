@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,7 +71,7 @@ func TestSavedVideoNeverReplacesAFile(t *testing.T) {
 	tw.WriteHeader(&tar.Header{Name: "video.mp4", Mode: 0o644, Size: 5, Typeflag: tar.TypeReg})
 	tw.Write([]byte("frame"))
 	tw.Close()
-	name, err := saveVideo(&buf, dir, "checkout.mp4", "s-9")
+	name, err := saveVideo(&buf, dir, "checkout.mp4", "s-9", 5)
 	if err != nil || name != "checkout-s-9.mp4" {
 		t.Fatalf("saved as %q: %v", name, err)
 	}
@@ -82,5 +83,38 @@ func TestSavedVideoNeverReplacesAFile(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
 		t.Fatalf("files %v, want the two videos", entries)
+	}
+}
+
+// A video over its bound (a recorder image that ignores VIDEO_MAX_SIZE) is
+// not kept, and leaves no file: the copy out of the container is the hub's
+// disk.
+func TestSavedVideoOverItsBound(t *testing.T) {
+	dir := t.TempDir()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "video.mp4", Mode: 0o644, Size: 6, Typeflag: tar.TypeReg})
+	tw.Write([]byte("frames"))
+	tw.Close()
+	if name, err := saveVideo(&buf, dir, "long.mp4", "s-1", 5); err == nil || !strings.Contains(err.Error(), "-video-max-size") {
+		t.Fatalf("saved as %q: %v, want refused over -video-max-size", name, err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Fatalf("files %v, want none", entries)
+	}
+}
+
+// The recorder is told the bytes its file ends at; the copy out of it
+// leaves room for the file's index.
+func TestRecorderEnvBound(t *testing.T) {
+	env := launcher.RecorderEnv(webdriver.Options{VideoName: "a.webm", VideoScreenSize: "1280x720", VideoFrameRate: 12, VideoCodec: "libvpx-vp9"}, 100<<20)
+	if !slices.Contains(env, "VIDEO_MAX_SIZE=104857600") || !slices.Contains(env, "FILE_NAME=video.webm") {
+		t.Fatalf("env %v", env)
+	}
+	if env := launcher.RecorderEnv(webdriver.Options{}, 0); slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "VIDEO_MAX_SIZE=") }) {
+		t.Fatalf("no bound, yet %v", env)
+	}
+	if b := launcher.VideoReadBound(100 << 20); b <= 100<<20 || b > 200<<20 {
+		t.Fatalf("read bound %d for 100 MiB", b)
 	}
 }

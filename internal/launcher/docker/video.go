@@ -13,7 +13,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -69,9 +68,8 @@ func (l *Launcher) startRecorder(ctx context.Context, inst *instance, r launcher
 	o := r.Options
 	rec := &recorder{file: launcher.RecordingFile(o.VideoName)}
 	cfg := &container.Config{
-		Image: l.opts.VideoImage,
-		Env: []string{"FILE_NAME=" + rec.file, "VIDEO_SIZE=" + o.VideoScreenSize, "FRAME_RATE=" + strconv.Itoa(o.VideoFrameRate),
-			"CODEC=" + o.VideoCodec, "DISPLAY=:99", "BROWSER_CONTAINER_NAME=127.0.0.1"},
+		Image:  l.opts.VideoImage,
+		Env:    launcher.RecorderEnv(o, l.opts.VideoMaxSize),
 		Labels: map[string]string{LabelInstance: l.opts.Instance, LabelSession: session, LabelBrowser: r.Browser.String(), LabelRole: "recorder"},
 	}
 	// It shares the browser's network: no raw sockets there either. It
@@ -142,7 +140,7 @@ func (i *instance) finishVideo(ctx context.Context) (string, error) {
 		return final, fmt.Errorf("video %s: the recorder left no file (%v); its last output: %s", final, err, i.recorderTail(ctx))
 	}
 	defer rc.Close()
-	saved, err := saveVideo(rc, l.opts.VideoDir, final, id)
+	saved, err := saveVideo(rc, l.opts.VideoDir, final, id, launcher.VideoReadBound(l.opts.VideoMaxSize))
 	if err == nil && saved != final {
 		logtag.Event(l.log, slog.LevelWarn, i.requestID, "VIDEO_RENAMED", fmt.Sprintf("%s exists in -video-output-dir; this session's video is %s", final, saved))
 	}
@@ -175,8 +173,9 @@ func (i *instance) recorderTail(ctx context.Context) string {
 // saveVideo writes the one file of a tar stream (what the engine copies out of
 // a container) to dir/name, through a hidden temporary name, and returns the
 // name it has: where name exists (another session's video), one with the
-// session id in it (launcher.RenameKept).
-func saveVideo(r io.Reader, dir, name, sessionID string) (string, error) {
+// session id in it (launcher.RenameKept). A file over most bytes is not
+// kept.
+func saveVideo(r io.Reader, dir, name, sessionID string, most int64) (string, error) {
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
@@ -188,6 +187,9 @@ func saveVideo(r io.Reader, dir, name, sessionID string) (string, error) {
 		}
 		if h.Typeflag != tar.TypeReg {
 			continue
+		}
+		if h.Size > most {
+			return "", fmt.Errorf("video %s: %d MiB, over -video-max-size and its index's room (%d MiB), is not kept: the recorder image ignored VIDEO_MAX_SIZE (the project's images/recorder honours it)", name, h.Size>>20, most>>20)
 		}
 		tok := make([]byte, 4)
 		_, _ = rand.Read(tok)

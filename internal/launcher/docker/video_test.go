@@ -28,7 +28,7 @@ func TestSaveVideo(t *testing.T) {
 	tw.Write([]byte("frame"))
 	tw.Close()
 	stream := bytes.Clone(buf.Bytes())
-	if _, err := saveVideo(&buf, dir, "s1.mp4", "s1"); err != nil {
+	if _, err := saveVideo(&buf, dir, "s1.mp4", "s1", 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ := os.ReadDir(dir)
@@ -37,10 +37,10 @@ func TestSaveVideo(t *testing.T) {
 	}
 	var empty bytes.Buffer
 	tar.NewWriter(&empty).Close()
-	if _, err := saveVideo(&empty, dir, "s2.mp4", "s2"); err == nil || !strings.Contains(err.Error(), "no file") {
+	if _, err := saveVideo(&empty, dir, "s2.mp4", "s2", 1<<20); err == nil || !strings.Contains(err.Error(), "no file") {
 		t.Fatalf("an empty copy: %v", err)
 	}
-	if _, err := saveVideo(bytes.NewReader(stream), filepath.Join(dir, "missing"), "s3.mp4", "s3"); err == nil || !strings.Contains(err.Error(), "-video-output-dir") {
+	if _, err := saveVideo(bytes.NewReader(stream), filepath.Join(dir, "missing"), "s3.mp4", "s3", 1<<20); err == nil || !strings.Contains(err.Error(), "-video-output-dir") {
 		t.Fatalf("an unwritable directory: %v", err)
 	}
 }

@@ -76,6 +76,10 @@ type Options struct {
 	// enableVideo. Empty: sessions asking for video are refused.
 	VideoDir   string
 	VideoImage string
+	// VideoMaxSize is -video-max-size: the bytes at which a recording ends
+	// (launcher.RecorderEnv), and, with room for its index, the most of one
+	// read out of a pod (launcher.VideoReadBound). Zero: no bound.
+	VideoMaxSize int64
 	// Exec runs commands in a pod's containers (stopping the recorder,
 	// reading its file out); NewExecer makes the cluster's.
 	Exec Execer

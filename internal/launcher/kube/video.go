@@ -5,13 +5,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -98,9 +98,11 @@ func (l *Launcher) addRecorder(pod *corev1.Pod, r launcher.Request) {
 	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: videoVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	b := &pod.Spec.Containers[0]
 	b.VolumeMounts = append(b.VolumeMounts, corev1.VolumeMount{Name: videoVolume, MountPath: videoMount, ReadOnly: true})
-	env := []corev1.EnvVar{{Name: "FILE_NAME", Value: videoFile(o.VideoName)}, {Name: "VIDEO_SIZE", Value: o.VideoScreenSize},
-		{Name: "FRAME_RATE", Value: strconv.Itoa(o.VideoFrameRate)}, {Name: "CODEC", Value: o.VideoCodec},
-		{Name: "DISPLAY", Value: ":99"}, {Name: "BROWSER_CONTAINER_NAME", Value: "127.0.0.1"}}
+	var env []corev1.EnvVar
+	for _, kv := range launcher.RecorderEnv(o, l.opts.VideoMaxSize) {
+		k, v, _ := strings.Cut(kv, "=")
+		env = append(env, corev1.EnvVar{Name: k, Value: v})
+	}
 	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
 		Name: recorderContainer, Image: l.opts.VideoImage, ImagePullPolicy: corev1.PullNever, Env: env,
 		VolumeMounts: []corev1.VolumeMount{{Name: videoVolume, MountPath: recordingDir}},
@@ -144,8 +146,9 @@ func (i *instance) finishVideo(ctx context.Context) (string, error) {
 	}
 	// The browser's container is the client's: what runs there as cat may
 	// send anything, for as long as ctx lets it (-session-delete-timeout),
-	// and no more than maxVideoSize.
-	err = l.opts.Exec.Exec(ctx, l.opts.Namespace, i.name, browserContainer, []string{"cat", videoMount + "/" + videoFile(i.opts.VideoName)}, &capped{w: f, left: maxVideoSize})
+	// and no more than the recording's bound, or maxVideoSize.
+	most := min(launcher.VideoReadBound(l.opts.VideoMaxSize), maxVideoSize)
+	err = l.opts.Exec.Exec(ctx, l.opts.Namespace, i.name, browserContainer, []string{"cat", videoMount + "/" + videoFile(i.opts.VideoName)}, &capped{w: f, left: most})
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -163,12 +166,12 @@ func (i *instance) finishVideo(ctx context.Context) (string, error) {
 	return saved, nil
 }
 
-// maxVideoSize bounds a video read out of a pod: hours of a recorded screen
-// fit, and a container that sends without end does not fill the disk.
-const maxVideoSize = 8 << 30
+// maxVideoSize bounds a video read out of a pod under -video-max-size 0: a
+// container that sends without end does not fill the disk.
+const maxVideoSize = 4 * launcher.DefaultVideoMaxSize
 
-// errVideoTooLarge is a video read-out past maxVideoSize.
-var errVideoTooLarge = fmt.Errorf("it is over %d GiB, the most the hub reads out of a pod", maxVideoSize>>30)
+// errVideoTooLarge is a video read-out past its bound.
+var errVideoTooLarge = errors.New("it is larger than -video-max-size and its index's room, the most the hub reads out of a pod")
 
 // capped writes to w until left bytes are written, then fails.
 type capped struct {
