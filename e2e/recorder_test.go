@@ -19,14 +19,7 @@ func TestRecorderEndsItsFileOnSIGTERM(t *testing.T) {
 	requireDocker(t)
 	browser, recorder := "ws-e2e-rec-browser-"+runID, "ws-e2e-rec-"+runID
 	dir := t.TempDir()
-	run := func(args ...string) string {
-		t.Helper()
-		out, err := exec.Command("docker", args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("docker %s: %v %s", strings.Join(args, " "), err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	run := func(args ...string) string { t.Helper(); return docker(t, args...) }
 	t.Cleanup(func() { exec.Command("docker", "rm", "-f", browser, recorder, recorder+"-early").Run() })
 	run("run", "-d", "--name", browser, "--label", "websummoner.e2e.run="+runID, "-e", "SCREEN_RESOLUTION=1280x720x24", chromeTag)
 	run("run", "-d", "--name", recorder, "--label", "websummoner.e2e.run="+runID, "--network", "container:"+browser,
@@ -80,14 +73,7 @@ func TestRecorderEndsItsFileAtTheBound(t *testing.T) {
 	requireDocker(t)
 	browser, recorder := "ws-e2e-recmax-browser-"+runID, "ws-e2e-recmax-"+runID
 	dir := t.TempDir()
-	run := func(args ...string) string {
-		t.Helper()
-		out, err := exec.Command("docker", args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("docker %s: %v %s", strings.Join(args, " "), err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
+	run := func(args ...string) string { t.Helper(); return docker(t, args...) }
 	t.Cleanup(func() { exec.Command("docker", "rm", "-f", browser, recorder).Run() })
 	run("run", "-d", "--name", browser, "--label", "websummoner.e2e.run="+runID, "-e", "SCREEN_RESOLUTION=1280x720x24", chromeTag)
 	const bound = 8000
@@ -111,4 +97,15 @@ func TestRecorderEndsItsFileAtTheBound(t *testing.T) {
 	if _, dur := ffprobe(t, filepath.Join(dir, "max.mp4")); dur <= 0 {
 		t.Fatalf("the video ended at its bound lasts %vs", dur)
 	}
+}
+
+// docker runs the docker command and returns its output, trimmed; it fails
+// the test if the command fails.
+func docker(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("docker", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker %s: %v %s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
 }

@@ -119,6 +119,20 @@ func TestUncontestedStartsAreNoDebt(t *testing.T) {
 	})
 }
 
+// releaseFirst releases the slot of the first of ps that holds one, and
+// lets the hand-off happen.
+func releaseFirst(ps []*pending) {
+	for _, p := range ps {
+		if p.finished() && p.slot != nil {
+			p.slot.Release()
+			p.slot = nil
+			synctest.Wait()
+			return
+		}
+	}
+	panic("no request holds a slot")
+}
+
 // A tenant held at its maxSessions does not hold the system's virtual time
 // back: its own stands still while it may not start, and a newcomer joining
 // there would take every start ahead of the tenant sharing the slots.
@@ -134,16 +148,7 @@ func TestCappedWaiterIsNotTheSystemsTime(t *testing.T) {
 		// Busy alone shares the two other slots for a while: its virtual
 		// time runs on, capped's stands still.
 		for range 10 {
-			var p *pending
-			for _, b := range busy {
-				if b.finished() && b.slot != nil {
-					p = b
-					break
-				}
-			}
-			p.slot.Release()
-			p.slot = nil
-			synctest.Wait()
+			releaseFirst(busy)
 		}
 		var late []*pending
 		for i := range 5 {
@@ -159,16 +164,7 @@ func TestCappedWaiterIsNotTheSystemsTime(t *testing.T) {
 		}
 		lateBefore, busyBefore := count(late), count(busy)
 		for range 4 {
-			var p *pending
-			for _, b := range append(append([]*pending{}, busy...), late...) {
-				if b.finished() && b.slot != nil {
-					p = b
-					break
-				}
-			}
-			p.slot.Release()
-			p.slot = nil
-			synctest.Wait()
+			releaseFirst(append(append([]*pending{}, busy...), late...))
 		}
 		lateStarts, busyStarts := count(late)-lateBefore, count(busy)-busyBefore
 		if lateStarts != 2 || busyStarts != 2 {

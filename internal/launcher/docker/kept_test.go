@@ -1,7 +1,6 @@
 package docker
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"io"
@@ -66,12 +65,7 @@ func TestSavedVideoNeverReplacesAFile(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "checkout.mp4"), []byte("another user's video"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "video.mp4", Mode: 0o644, Size: 5, Typeflag: tar.TypeReg})
-	tw.Write([]byte("frame"))
-	tw.Close()
-	name, err := saveVideo(&buf, dir, "checkout.mp4", "s-9", 5)
+	name, err := saveVideo(videoTar("frame"), dir, "checkout.mp4", "s-9", 5)
 	if err != nil || name != "checkout-s-9.mp4" {
 		t.Fatalf("saved as %q: %v", name, err)
 	}
@@ -91,12 +85,7 @@ func TestSavedVideoNeverReplacesAFile(t *testing.T) {
 // disk.
 func TestSavedVideoOverItsBound(t *testing.T) {
 	dir := t.TempDir()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "video.mp4", Mode: 0o644, Size: 6, Typeflag: tar.TypeReg})
-	tw.Write([]byte("frames"))
-	tw.Close()
-	if name, err := saveVideo(&buf, dir, "long.mp4", "s-1", 5); err == nil || !strings.Contains(err.Error(), "-video-max-size") {
+	if name, err := saveVideo(videoTar("frames"), dir, "long.mp4", "s-1", 5); err == nil || !strings.Contains(err.Error(), "-video-max-size") {
 		t.Fatalf("saved as %q: %v, want refused over -video-max-size", name, err)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {

@@ -18,17 +18,23 @@ import (
 	"github.com/websummoner/websummoner/internal/launcher"
 )
 
+// videoTar is what the engine copies out of a recorder that wrote data.
+func videoTar(data string) *bytes.Buffer {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "video.mp4", Mode: 0o644, Size: int64(len(data)), Typeflag: tar.TypeReg})
+	tw.Write([]byte(data))
+	tw.Close()
+	return &buf
+}
+
 // A copied-out video lands under its final name only when whole: no temporary
 // file is left, and an empty copy is an error.
 func TestSaveVideo(t *testing.T) {
 	dir := t.TempDir()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "video.mp4", Mode: 0o644, Size: 5, Typeflag: tar.TypeReg})
-	tw.Write([]byte("frame"))
-	tw.Close()
+	buf := videoTar("frame")
 	stream := bytes.Clone(buf.Bytes())
-	if _, err := saveVideo(&buf, dir, "s1.mp4", "s1", 1<<20); err != nil {
+	if _, err := saveVideo(buf, dir, "s1.mp4", "s1", 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	entries, _ := os.ReadDir(dir)
