@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,10 +20,9 @@ func TestRecorderEndsItsFileOnSIGTERM(t *testing.T) {
 	requireDocker(t)
 	browser, recorder := "ws-e2e-rec-browser-"+runID, "ws-e2e-rec-"+runID
 	dir := t.TempDir()
-	run := func(args ...string) string { t.Helper(); return docker(t, args...) }
 	t.Cleanup(func() { exec.Command("docker", "rm", "-f", browser, recorder, recorder+"-early").Run() })
-	run("run", "-d", "--name", browser, "--label", "websummoner.e2e.run="+runID, "-e", "SCREEN_RESOLUTION=1280x720x24", chromeTag)
-	run("run", "-d", "--name", recorder, "--label", "websummoner.e2e.run="+runID, "--network", "container:"+browser,
+	docker(t, "run", "-d", "--name", browser, "--label", "websummoner.e2e.run="+runID, "-e", "SCREEN_RESOLUTION=1280x720x24", chromeTag)
+	docker(t, "run", "-d", "--name", recorder, "--label", "websummoner.e2e.run="+runID, "--network", "container:"+browser,
 		"-v", dir+":/data", "-e", "FILE_NAME=term.mp4", "-e", "VIDEO_SIZE=1280x720", recorderTag)
 	// Recording: ffmpeg runs and has begun the file.
 	awaitProcess(t, recorder, "ffmpeg")
@@ -31,22 +31,22 @@ func TestRecorderEndsItsFileOnSIGTERM(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the recorder never started its file: %s", run("logs", recorder))
+			t.Fatalf("the recorder never started its file: %s", docker(t, "logs", recorder))
 		}
 	}
 	time.Sleep(2 * time.Second) // some frames to keep
-	run("kill", "--signal", "TERM", recorder)
-	if code := run("wait", recorder); code != "0" {
-		t.Fatalf("the recorder stopped with SIGTERM exited %s, want 0: %s", code, run("logs", recorder))
+	docker(t, "kill", "--signal", "TERM", recorder)
+	if code := docker(t, "wait", recorder); code != "0" {
+		t.Fatalf("the recorder stopped with SIGTERM exited %s, want 0: %s", code, docker(t, "logs", recorder))
 	}
 	if _, dur := ffprobe(t, filepath.Join(dir, "term.mp4")); dur <= 0 {
 		t.Fatalf("the video stopped with SIGTERM lasts %vs", dur)
 	}
 	// Stopped while it still waits for a display that never comes.
-	run("run", "-d", "--name", recorder+"-early", "--label", "websummoner.e2e.run="+runID, "-v", dir+":/data", "-e", "FILE_NAME=early.mp4", recorderTag)
+	docker(t, "run", "-d", "--name", recorder+"-early", "--label", "websummoner.e2e.run="+runID, "-v", dir+":/data", "-e", "FILE_NAME=early.mp4", recorderTag)
 	awaitProcess(t, recorder+"-early", "sleep") // in its wait for the display, its handler set
-	run("kill", "--signal", "TERM", recorder+"-early")
-	if code := run("wait", recorder+"-early"); code != "0" {
+	docker(t, "kill", "--signal", "TERM", recorder+"-early")
+	if code := docker(t, "wait", recorder+"-early"); code != "0" {
 		t.Fatalf("a recorder stopped before its display came up exited %s, want 0", code)
 	}
 }
@@ -73,26 +73,28 @@ func TestRecorderEndsItsFileAtTheBound(t *testing.T) {
 	requireDocker(t)
 	browser, recorder := "ws-e2e-recmax-browser-"+runID, "ws-e2e-recmax-"+runID
 	dir := t.TempDir()
-	run := func(args ...string) string { t.Helper(); return docker(t, args...) }
 	t.Cleanup(func() { exec.Command("docker", "rm", "-f", browser, recorder).Run() })
-	run("run", "-d", "--name", browser, "--label", "websummoner.e2e.run="+runID, "-e", "SCREEN_RESOLUTION=1280x720x24", chromeTag)
+	docker(t, "run", "-d", "--name", browser, "--label", "websummoner.e2e.run="+runID, "-e", "SCREEN_RESOLUTION=1280x720x24", chromeTag)
 	const bound = 8000
-	run("run", "-d", "--name", recorder, "--label", "websummoner.e2e.run="+runID, "--network", "container:"+browser,
-		"-v", dir+":/data", "-e", "FILE_NAME=max.mp4", "-e", "VIDEO_SIZE=1280x720", "-e", "VIDEO_MAX_SIZE=8000", recorderTag)
+	docker(t, "run", "-d", "--name", recorder, "--label", "websummoner.e2e.run="+runID, "--network", "container:"+browser,
+		"-v", dir+":/data", "-e", "FILE_NAME=max.mp4", "-e", "VIDEO_SIZE=1280x720", "-e", fmt.Sprint("VIDEO_MAX_SIZE=", bound), recorderTag)
 	// docker wait returns once the recorder has stopped by itself; the
 	// context bounds a recorder that ignores the bound.
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "docker", "wait", recorder).Output()
 	if err != nil {
-		t.Fatalf("the recorder did not stop at VIDEO_MAX_SIZE within 3 minutes (%v): %s", err, run("logs", recorder))
+		t.Fatalf("the recorder did not stop at VIDEO_MAX_SIZE within 3 minutes (%v): %s", err, docker(t, "logs", recorder))
 	}
 	if code := strings.TrimSpace(string(out)); code != "0" {
-		t.Fatalf("the recorder stopped at its bound with exit status %s, want 0: %s", code, run("logs", recorder))
+		t.Fatalf("the recorder stopped at its bound with exit status %s, want 0: %s", code, docker(t, "logs", recorder))
 	}
 	fi, err := os.Stat(filepath.Join(dir, "max.mp4"))
-	if err != nil || fi.Size() > 3*bound {
-		t.Fatalf("the file: %v, size %d, want at most %d (the bound and its index)", err, fi.Size(), 3*bound)
+	if err != nil {
+		t.Fatalf("the recorder stopped at its bound without its file: %v", err)
+	}
+	if fi.Size() > 3*bound {
+		t.Fatalf("the file has %d bytes, want at most %d (the bound and its index)", fi.Size(), 3*bound)
 	}
 	if _, dur := ffprobe(t, filepath.Join(dir, "max.mp4")); dur <= 0 {
 		t.Fatalf("the video ended at its bound lasts %vs", dur)

@@ -139,7 +139,7 @@ func releaseFirst(ps []*pending) {
 func TestCappedWaiterIsNotTheSystemsTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, Options{Limit: 3, Quotas: mustQuotas(t, `{"capped": {"maxSessions": 1}, "busy": {}, "late": {}}`)})
-		held := []*pending{h.acquireAs("capped", "c0")}
+		first := h.acquireAs("capped", "c0")
 		stuck := h.acquireAs("capped", "c1") // waits for its own tenant's session
 		var busy []*pending
 		for i := range 20 {
@@ -173,7 +173,7 @@ func TestCappedWaiterIsNotTheSystemsTime(t *testing.T) {
 		if stuck.finished() {
 			t.Fatal("the capped tenant started past its maxSessions")
 		}
-		held[0].slot.Release()
+		first.slot.Release()
 		synctest.Wait()
 		if !stuck.finished() || !stuck.out.Admitted {
 			t.Fatal("the capped tenant's waiter did not take its own tenant's freed slot")
