@@ -14,9 +14,9 @@ import (
 
 // webkitSeen is what testdata/webkit.py saw.
 type webkitSeen struct {
-	Session, Title, Typed, Agent, Upload, UploadName, PNG string
-	CDP                                                   *string
-	Window                                                struct{ Width, Height int }
+	Session, Visited, Title, Typed, Agent, Upload, UploadName, PNG string
+	CDP                                                            *string
+	Window                                                         struct{ Width, Height int }
 }
 
 // requireWebKit skips without WebKitGTK's driver and Ruby's client, and
@@ -66,7 +66,55 @@ func TestLocalWebKit(t *testing.T) {
 	requireRealParts(t)
 	requireWebKit(t)
 	h := startHub(t, "-limit", "2")
-	client := startWaitingClient(t, "testdata/webkit.py", h.url+"/wd/hub", "1280x1024x24", "wait")
+	pythonWebKit(t, h)
+
+	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
+	defer cancel()
+	rb, err := exec.CommandContext(ctx, "ruby", "testdata/webkit.rb", h.url+"/wd/hub").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ruby client: %v %s", err, rb)
+	}
+	f := strings.Split(strings.TrimSpace(string(rb)), "|")
+	if len(f) != 4 || f[1] != "from ruby" || f[2] != "typed by ruby" || !strings.Contains(f[3], "AppleWebKit") {
+		t.Fatalf("ruby client saw %q", rb)
+	}
+	h.stop(t)
+	if left := ourProcesses(h.instance); len(left) != 0 {
+		t.Fatalf("processes of WebKit sessions left (Xvfb, MiniBrowser): %v", left)
+	}
+}
+
+// WebKit as a local driver in the process sandbox (-process-sandbox on, as
+// -htpasswd makes it): WebKitWebDriver reaches MiniBrowser on the sandbox's
+// own loopback, and MiniBrowser's pages go out through the sandbox's proxy
+// (its --proxy flag), to a page on the host's loopback that the sandbox's
+// own loopback does not have. Everything else a local WebKit session does
+// works as unsandboxed, and nothing of it is left.
+func TestSandboxedWebKit(t *testing.T) {
+	requireRealParts(t)
+	requireWebKit(t)
+	requireTool(t, "bwrap")
+	h := startHub(t, "-limit", "1", "-process-sandbox", "on")
+	if !strings.Contains(h.logs.String(), "[SANDBOX]") {
+		t.Fatal("the hub did not say its drivers are sandboxed: the test would prove nothing")
+	}
+	page := pageServer(t)
+	s := pythonWebKit(t, h, page.URL)
+	if s.Visited != "WebSummoner e2e" {
+		t.Errorf("the sandboxed MiniBrowser loaded %s with title %q, want the page's (through the sandbox's proxy)", page.URL, s.Visited)
+	}
+	h.stop(t)
+	if left := ourProcesses(h.instance); len(left) != 0 {
+		t.Fatalf("processes of sandboxed WebKit sessions left (bubblewrap, Xvfb, MiniBrowser): %v", left)
+	}
+}
+
+// pythonWebKit runs testdata/webkit.py against h, visiting visit first (if
+// given), checks the live session's side endpoints and what the client saw
+// (checkWebKit), and returns that.
+func pythonWebKit(t *testing.T, h *hub, visit ...string) webkitSeen {
+	t.Helper()
+	client := startWaitingClient(t, "testdata/webkit.py", append([]string{h.url + "/wd/hub", "1280x1024x24", "wait"}, visit...)...)
 	var created struct{ Created string }
 	if err := json.Unmarshal([]byte(client.out.Text()), &created); err != nil || created.Created == "" {
 		t.Fatalf("python client's first line %q: %v", client.out.Text(), err)
@@ -89,19 +137,5 @@ func TestLocalWebKit(t *testing.T) {
 		t.Fatalf("python client output %q", last)
 	}
 	checkWebKit(t, s, 1280, 1024)
-
-	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
-	defer cancel()
-	rb, err := exec.CommandContext(ctx, "ruby", "testdata/webkit.rb", h.url+"/wd/hub").CombinedOutput()
-	if err != nil {
-		t.Fatalf("ruby client: %v %s", err, rb)
-	}
-	f := strings.Split(strings.TrimSpace(string(rb)), "|")
-	if len(f) != 4 || f[1] != "from ruby" || f[2] != "typed by ruby" || !strings.Contains(f[3], "AppleWebKit") {
-		t.Fatalf("ruby client saw %q", rb)
-	}
-	h.stop(t)
-	if left := ourProcesses(h.instance); len(left) != 0 {
-		t.Fatalf("processes of WebKit sessions left (Xvfb, MiniBrowser): %v", left)
-	}
+	return s
 }

@@ -1,7 +1,9 @@
 """Python Selenium into WebKit (MiniBrowser) through the hub, run by the
 WebKit tests: WebKitGTKOptions with nothing but the session's screen (the
-browsers.json entry supplies MiniBrowser and --automation). Prints one JSON
-line with what it saw."""
+browsers.json entry supplies MiniBrowser and --automation). Arguments: the
+hub, the screen, then "wait" (stop for a line on stdin while the session
+lives) and a URL to visit first, in either order. Prints one JSON line with
+what it saw."""
 import base64
 import json
 import sys
@@ -12,10 +14,15 @@ from selenium.webdriver.common.by import By
 
 hub, screen = sys.argv[1], sys.argv[2]
 opts = webdriver.WebKitGTKOptions()
-wait = len(sys.argv) > 3 and sys.argv[3] == "wait"
+wait = "wait" in sys.argv[3:]
+visit = next((a for a in sys.argv[3:] if a.startswith("http")), None)
 opts.set_capability("selenoid:options", {"screenResolution": screen})
 driver = webdriver.Remote(command_executor=hub, options=opts)
 try:
+    visited = ""
+    if visit:
+        driver.get(visit)
+        visited = driver.title
     driver.get("data:text/html,<title>webkit</title><body style='margin:0;background:rgb(0,128,255)'>"
                "<input id=t><input id=f type=file><a id=d href='data:text/plain,downloaded' download='wk-dl.txt'>d</a></body>")
     driver.find_element(By.ID, "t").send_keys("typed in WebKit")
@@ -24,6 +31,7 @@ try:
     driver.find_element(By.ID, "f").send_keys(up.name)
     seen = {
         "session": driver.session_id,
+        "visited": visited,
         "title": driver.title,
         "typed": driver.execute_script("return document.getElementById('t').value"),
         "agent": driver.execute_script("return navigator.userAgent"),

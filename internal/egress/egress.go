@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/url"
 	"os"
 	"strconv"
 	"sync"
@@ -55,9 +56,21 @@ const (
 // as the sandbox's own loopback has nothing but the browser and its driver
 // (chromedriver dials its browser itself, not through a proxy). http_proxy
 // and https_proxy are for other programs.
+//
+// GLib's programs are kept off these variables (GIO_USE_PROXY_RESOLVER
+// names GLib's resolver that connects directly): WebKitWebDriver reaches its
+// browser's inspector on the sandbox's loopback through GLib, which would
+// send that connection through the proxy, to the host's loopback, where no
+// inspector is. WebKitGTK's MiniBrowser is told the proxy by its --proxy
+// flag instead (URL), which covers its loopback too.
 func Env() []string {
-	u := "http://127.0.0.1:" + strconv.Itoa(Port)
-	return []string{"all_proxy=" + u, "http_proxy=" + u, "https_proxy=" + u, "no_proxy=<-loopback>"}
+	u := URL().String()
+	return []string{"all_proxy=" + u, "http_proxy=" + u, "https_proxy=" + u, "no_proxy=<-loopback>", "GIO_USE_PROXY_RESOLVER=dummy"}
+}
+
+// URL is the proxy's address as a browser inside a sandbox names it.
+func URL() *url.URL {
+	return &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(Port)}
 }
 
 // Proxy is one sandbox's proxy. Close ends it, with every connection.

@@ -375,6 +375,19 @@ func withDownloadDir(body []byte, dir string) []byte {
 	return body
 }
 
+// withProxyFlag tells WebKitGTK's MiniBrowser its way out, the sandbox's
+// proxy, by its --proxy flag, last, so it is the one MiniBrowser takes: the
+// sandbox keeps GLib's programs, MiniBrowser among them, off the proxy
+// variables of the environment (egress.Env). A client's own --proxy or W3C
+// proxy cannot lead out of the sandbox, whose only other address is its
+// loopback.
+func withProxyFlag(body []byte, proxy *url.URL) []byte {
+	return withBrowser(body, webkitOptions, []string{"MiniBrowser"}, func(opts map[string]any) {
+		list, _ := opts["args"].([]any)
+		opts["args"] = append(list, "--proxy="+proxy.String())
+	})
+}
+
 // browserNames are, by options block, the browserNames whose driver reads
 // it; a body that names none of them gets the block only if it has one.
 var browserNames = map[string][]string{

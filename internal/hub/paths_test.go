@@ -2,11 +2,14 @@ package hub
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -268,5 +271,37 @@ func TestWithDownloadDir(t *testing.T) {
 	}
 	if prefs, _ := legacy.Desired.Chrome["prefs"].(map[string]any); prefs["download.default_directory"] != "/tmp/s1" || prefs["savefile.default_directory"] != "/tmp/s1" {
 		t.Fatalf("JSONWire prefs %v", legacy.Desired.Chrome)
+	}
+}
+
+// A sandboxed MiniBrowser is told the sandbox's proxy by its flag, after the
+// entry's and the client's arguments (MiniBrowser takes the last of a flag);
+// another browser's body, which reads the proxy from its environment, is
+// left as it is.
+func TestWithProxyFlag(t *testing.T) {
+	proxy := &url.URL{Scheme: "http", Host: "127.0.0.1:3128"}
+	mini := webdriver.DriverBody(map[string]any{"browserName": "MiniBrowser",
+		"webkitgtk:browserOptions": map[string]any{"args": []any{"--proxy=http://elsewhere:1"}}}, true,
+		map[string]any{"webkitgtk:browserOptions": map[string]any{"binary": "/usr/lib/MiniBrowser", "args": []any{"--automation"}}})
+	var got struct {
+		Capabilities struct {
+			AlwaysMatch struct {
+				WebKit struct {
+					Binary string   `json:"binary"`
+					Args   []string `json:"args"`
+				} `json:"webkitgtk:browserOptions"`
+			} `json:"alwaysMatch"`
+		}
+	}
+	if err := json.Unmarshal(withProxyFlag(mini, proxy), &got); err != nil {
+		t.Fatal(err)
+	}
+	wk := got.Capabilities.AlwaysMatch.WebKit
+	if n := len(wk.Args); wk.Binary != "/usr/lib/MiniBrowser" || n < 2 || wk.Args[n-1] != "--proxy=http://127.0.0.1:3128" || !slices.Contains(wk.Args, "--automation") {
+		t.Fatalf("MiniBrowser's options %+v: want the entry's binary and arguments, the sandbox's proxy last", wk)
+	}
+	chrome := webdriver.DriverBody(map[string]any{"browserName": "chrome"}, true, nil)
+	if out := withProxyFlag(chrome, proxy); !bytes.Equal(out, chrome) {
+		t.Fatalf("a Chromium body was changed: %s", out)
 	}
 }

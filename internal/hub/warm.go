@@ -183,10 +183,15 @@ func (h *Hub) driverBody(caps map[string]any, w3c bool, b config.Resolved, o web
 }
 
 // forInstance adds to a new-session body what belongs to the instance it
-// goes to: a local driver's own download directory.
+// goes to: a local driver's own download directory, and a sandbox's proxy
+// for a browser that takes it by a flag.
 func forInstance(body []byte, inst launcher.Instance) []byte {
-	if files := inst.Endpoints().Files; files != nil && files.Scheme == "file" {
-		return withDownloadDir(body, files.Path)
+	ep := inst.Endpoints()
+	if files := ep.Files; files != nil && files.Scheme == "file" {
+		body = withDownloadDir(body, files.Path)
+	}
+	if ep.Proxy != nil {
+		body = withProxyFlag(body, ep.Proxy)
 	}
 	return body
 }

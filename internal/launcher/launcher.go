@@ -55,6 +55,10 @@ type Endpoints struct {
 	Clipboard *url.URL
 	// Log follows the driver's (or container's) output while the session runs.
 	Log LogSource
+	// Proxy is the browser's only way out, for a browser that is told it by
+	// a flag rather than by its environment (WebKitGTK's MiniBrowser); nil:
+	// the browser goes out directly.
+	Proxy *url.URL
 }
 
 // Container is what an Instance that runs in a container says of it, for

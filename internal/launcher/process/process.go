@@ -366,6 +366,7 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 		}
 		if err == nil {
 			inst.endpoints.Driver.Host = net.JoinHostPort(inst.sandbox.String(), strconv.Itoa(port))
+			inst.endpoints.Proxy = egress.URL()
 			listening = func() (bool, bool) { return sbx.listening(ctx, inst.endpoints.Driver.Host) }
 		}
 	}
