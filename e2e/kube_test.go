@@ -15,9 +15,11 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	yamlutil "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
@@ -448,6 +450,7 @@ func TestKubeHubInCluster(t *testing.T) {
 	manifest := strings.NewReplacer("namespace: websummoner", "namespace: "+k.namespace,
 		"websummoner/hub:latest", hubImage).Replace(string(data))
 	ctx := context.Background()
+	var policy *networkingv1.NetworkPolicy
 	dec := yamlutil.NewYAMLOrJSONDecoder(strings.NewReader(manifest), 4096)
 	for {
 		var raw runtime.RawExtension
@@ -478,6 +481,12 @@ func TestKubeHubInCluster(t *testing.T) {
 			_, err = k.client.AppsV1().Deployments(k.namespace).Create(ctx, o, metav1.CreateOptions{})
 		case *corev1.Service:
 			_, err = k.client.CoreV1().Services(k.namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *networkingv1.NetworkPolicy:
+			// The test cluster has no network plugin that enforces it (docs/
+			// kubernetes-cluster.md); the API server still validates it, and
+			// its selectors must match the pods the hub makes (checked below).
+			policy = o
+			_, err = k.client.NetworkingV1().NetworkPolicies(k.namespace).Create(ctx, o, metav1.CreateOptions{})
 		default:
 			t.Fatalf("the manifest has a %T the test does not apply", obj)
 		}
@@ -512,6 +521,23 @@ func TestKubeHubInCluster(t *testing.T) {
 	browsers, err := k.client.CoreV1().Pods(k.namespace).List(ctx, metav1.ListOptions{LabelSelector: "websummoner.instance=hub"})
 	if err != nil || len(browsers.Items) != 1 {
 		t.Fatalf("browser pods of the in-cluster hub: %v %v", browsers, err)
+	}
+	// The policy guards the browser's pod and lets the hub's pod in, and
+	// nothing else: a selector that matched no browser would guard nothing.
+	if policy == nil {
+		t.Fatal("the manifest has no NetworkPolicy for the browsers")
+	}
+	if sel := labels.SelectorFromSet(policy.Spec.PodSelector.MatchLabels); !sel.Matches(labels.Set(browsers.Items[0].Labels)) {
+		t.Errorf("the NetworkPolicy's selector %v does not select the browser pod (labels %v)", sel, browsers.Items[0].Labels)
+	}
+	hubs, err := k.client.CoreV1().Pods(k.namespace).List(ctx, metav1.ListOptions{LabelSelector: "app=websummoner"})
+	if err != nil || len(hubs.Items) != 1 {
+		t.Fatalf("the hub's pods: %v %v", hubs, err)
+	}
+	if in := policy.Spec.Ingress; len(in) != 1 || len(in[0].From) != 1 || in[0].From[0].PodSelector == nil ||
+		!labels.SelectorFromSet(in[0].From[0].PodSelector.MatchLabels).Matches(labels.Set(hubs.Items[0].Labels)) ||
+		labels.SelectorFromSet(in[0].From[0].PodSelector.MatchLabels).Matches(labels.Set(browsers.Items[0].Labels)) {
+		t.Errorf("the NetworkPolicy's ingress %+v does not let the hub's pod in alone", in)
 	}
 	c.finish(t)
 	if !waitFor(time.Minute, func() bool {
