@@ -332,6 +332,11 @@ func TestDockerRealChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkResult(t, r, shot)
+	// The image's window manager maximizes the window to the whole screen
+	// (the image's default), as in Selenoid's images.
+	if r.Window != "1920x1080" {
+		t.Errorf("maximized window %q, want the screen's 1920x1080", r.Window)
+	}
 	d.assertClean(t)
 }
 

@@ -353,6 +353,9 @@ type clientResult struct {
 	Text    string  `json:"text"`
 	Created float64 `json:"created"`
 	PNG     int     `json:"png"`
+	// Window is the maximized window's size, WxH, or why maximizing or
+	// minimizing failed.
+	Window string `json:"window"`
 }
 
 func runClient(hubURL, page, shot string, hold time.Duration) (clientResult, error) {
@@ -374,6 +377,9 @@ func checkResult(t *testing.T, r clientResult, shot string) {
 	t.Helper()
 	if r.Title != "WebSummoner e2e" || r.Text != "Hello from 127.0.0.1" || r.PNG < 100 {
 		t.Errorf("client saw %+v", r)
+	}
+	if strings.HasPrefix(r.Window, "failed") {
+		t.Errorf("maximizing and minimizing the window: %s", r.Window)
 	}
 	png, err := os.ReadFile(shot)
 	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG\r\n")) {

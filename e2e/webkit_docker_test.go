@@ -97,6 +97,7 @@ type webkitDockerSeen struct {
 	Upload     string         `json:"upload"`
 	UploadWant string         `json:"uploadWant"`
 	Window     [2]int         `json:"window"`
+	Maximized  [2]int         `json:"maximized"`
 }
 
 // pngColourAt decodes a PNG file and returns the colour at (x, y).
@@ -173,6 +174,9 @@ func TestDockerWebKit(t *testing.T) {
 	}
 
 	t.Run("WebDriver", func(t *testing.T) {
+		if s.Maximized != [2]int{1280, 1024} {
+			t.Errorf("maximized window %v, want the screen's 1280x1024", s.Maximized)
+		}
 		if s.Value != "typed into WebKit" {
 			t.Errorf("the input holds %q, want what was typed", s.Value)
 		}

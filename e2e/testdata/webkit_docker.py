@@ -36,8 +36,14 @@ try:
     with open(shot, "wb") as f:
         f.write(png)
     size = driver.get_window_size()
+    # Smaller, then maximized: the image's window manager makes it the whole
+    # screen again (without one, Maximize Window does nothing).
+    driver.set_window_size(800, 600)
+    driver.maximize_window()
+    maxed = driver.get_window_size()
     print(json.dumps({"session": driver.session_id, "caps": driver.capabilities, "value": value,
-                      "userAgent": agent, "upload": upload, "uploadWant": upload_want, "window": [size["width"], size["height"]]}), flush=True)
+                      "userAgent": agent, "upload": upload, "uploadWant": upload_want, "window": [size["width"], size["height"]],
+                      "maximized": [maxed["width"], maxed["height"]]}), flush=True)
     sys.stdin.readline()
 finally:
     driver.quit()

@@ -16,8 +16,11 @@ if docker image inspect "$tag" >/dev/null 2>&1; then
   exit 0
 fi
 . ../debian-root.sh
-debian_root chromium chromium chromium-driver fonts-liberation ca-certificates socat xvfb x11vnc
+debian_root chromium chromium chromium-driver fonts-liberation ca-certificates socat xvfb x11vnc fluxbox
 mkdir -p "$root/etc/websummoner"
+# fluxbox's settings (entrypoint.sh): configVersion 13 keeps Debian's fluxbox
+# from replacing the file with its defaults.
+printf 'session.configVersion: 13\nsession.screen0.toolbar.visible: false\nsession.screen0.defaultDeco: NONE\nsession.screen0.workspaces: 1\n' > "$root/etc/websummoner/fluxbox-init"
 chroot "$root" x11vnc -storepasswd selenoid /etc/websummoner/vncpasswd >/dev/null 2>&1
 debian_root_done
 install -m 0755 entrypoint.sh "$root/usr/local/bin/entrypoint"

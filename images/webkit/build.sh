@@ -23,8 +23,11 @@ fi
 # libgl1-mesa-dri (a recommend of libwebkit2gtk-4.1-0): Mesa's software
 # renderer, which WebKit draws with on a screen without a GPU; without it
 # MiniBrowser aborts at start ("Could not create surfaceless EGL display").
-debian_root webkit webkit2gtk-driver libwebkit2gtk-4.1-0 libgl1-mesa-dri fonts-liberation ca-certificates xvfb x11vnc
+debian_root webkit webkit2gtk-driver libwebkit2gtk-4.1-0 libgl1-mesa-dri fonts-liberation ca-certificates xvfb x11vnc fluxbox
 mkdir -p "$root/etc/websummoner"
+# fluxbox's settings (entrypoint.sh): configVersion 13 keeps Debian's fluxbox
+# from replacing the file with its defaults.
+printf 'session.configVersion: 13\nsession.screen0.toolbar.visible: false\nsession.screen0.defaultDeco: NONE\nsession.screen0.workspaces: 1\n' > "$root/etc/websummoner/fluxbox-init"
 chroot "$root" x11vnc -storepasswd selenoid /etc/websummoner/vncpasswd >/dev/null 2>&1
 debian_root_done
 install -m 0755 entrypoint.sh "$root/usr/local/bin/entrypoint"

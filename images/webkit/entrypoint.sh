@@ -23,6 +23,13 @@ export DISPLAY=:99
 Xvfb :99 -screen 0 "$res" -nolisten tcp -noreset >/dev/null 2>&1 &
 i=0
 while [ ! -e /tmp/.X11-unix/X99 ] && [ $i -lt 200 ]; do sleep 0.025; i=$((i+1)); done
+# A window manager (fluxbox): without one a browser window cannot be
+# maximized or minimized (WebDriver's Maximize Window fails, or does
+# nothing). No toolbar and no decorations, so a maximized window is the whole
+# screen. fluxbox keeps its files in $HOME/.fluxbox: a directory of its own.
+wm=$(mktemp -d)
+mkdir -p "$wm/.fluxbox" && cp /etc/websummoner/fluxbox-init "$wm/.fluxbox/init"
+HOME=$wm fluxbox -display :99 -log /dev/null >/dev/null 2>&1 &
 hub=$(echo "${WEBSUMMONER_HUB_ADDRESSES:-}" | tr -cd '0-9a-fA-F.:,')
 vnc_allow=
 [ -n "$hub" ] && vnc_allow="-allow 127.0.0.1,$hub"
