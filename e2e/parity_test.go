@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"archive/zip"
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -156,11 +159,6 @@ func TestDownloadsLocalDriver(t *testing.T) {
 	if got := string(rawCall(t, "GET", h.url+"/wd/hub/session/"+id+"/aerokube/download/report.txt", "")); got != payload {
 		t.Fatal("Selenoid's alias serves other bytes")
 	}
-	var grid struct{ Value struct{ Names []string } }
-	json.Unmarshal(rawCall(t, "GET", h.url+"/wd/hub/session/"+id+"/se/files", ""), &grid)
-	if len(grid.Value.Names) != 1 {
-		t.Fatalf("Grid's se/files: %+v", grid)
-	}
 	var empty []string
 	json.Unmarshal(rawCall(t, "GET", h.url+"/download/"+other+"/?json", ""), &empty)
 	if len(empty) != 0 {
@@ -174,6 +172,17 @@ func TestDownloadsLocalDriver(t *testing.T) {
 	if r := call(t, "DELETE", h.url+"/download/"+id+"/report.txt", ""); r.status != 200 {
 		t.Fatalf("delete: %+v", r)
 	}
+	json.Unmarshal(rawCall(t, "GET", h.url+"/download/"+id+"/?json", ""), &names)
+	if len(names) != 0 {
+		t.Fatalf("after DELETE /download/…/report.txt: %v", names)
+	}
+	call(t, "POST", h.url+"/wd/hub/session/"+id+"/url", `{"url":"`+files.URL+`/report.txt"}`)
+	waitFor(time.Minute, func() bool {
+		names = nil
+		json.Unmarshal(rawCall(t, "GET", h.url+"/download/"+id+"/?json", ""), &names)
+		return len(names) == 1
+	})
+	gridDownloads(t, h.url+"/wd/hub/session/"+id, "report.txt", payload)
 	call(t, "DELETE", h.url+"/wd/hub/session/"+id, "")
 	call(t, "DELETE", h.url+"/wd/hub/session/"+other, "")
 	h.stop(t)
@@ -205,8 +214,51 @@ func TestDockerDownloads(t *testing.T) {
 	if got := string(rawCall(t, "GET", d.url+"/download/"+id+"/"+wdstub.TestDownloadName, "")); got != wdstub.TestDownload {
 		t.Fatalf("fetched %q", got)
 	}
+	// Grid's managed downloads, from the image's file server: what
+	// Selenium 4's get_downloadable_files(), download_file() and
+	// delete_downloadable_files() send, once the answer says they may.
+	if r.caps["se:downloadsEnabled"] != true {
+		t.Errorf("se:downloadsEnabled = %v in a container session's answer, want true", r.caps["se:downloadsEnabled"])
+	}
+	gridDownloads(t, d.url+"/wd/hub/session/"+id, wdstub.TestDownloadName, wdstub.TestDownload)
 	call(t, "DELETE", d.url+"/wd/hub/session/"+id, "")
 	d.assertClean(t)
+}
+
+// gridDownloads checks Grid 4's managed downloads of a session (its URL)
+// whose one download is name, holding want: listed, fetched as a zip of the
+// file, a missing name refused, and all removed.
+func gridDownloads(t *testing.T, session, name, want string) {
+	t.Helper()
+	var list struct{ Value struct{ Names []string } }
+	if err := json.Unmarshal(rawCall(t, "GET", session+"/se/files", ""), &list); err != nil || len(list.Value.Names) != 1 || list.Value.Names[0] != name {
+		t.Fatalf("se/files lists %+v (%v), want [%s]", list.Value.Names, err, name)
+	}
+	var file struct {
+		Value struct{ Filename, Contents string }
+	}
+	json.Unmarshal(rawCall(t, "POST", session+"/se/files", `{"name":"`+name+`"}`), &file)
+	raw, _ := base64.StdEncoding.DecodeString(file.Value.Contents)
+	zr, err := zip.NewReader(bytes.NewReader(raw), int64(len(raw)))
+	if err != nil || file.Value.Filename != name || len(zr.File) != 1 || zr.File[0].Name != name {
+		t.Fatalf("se/files %s: %q, not a zip of the one file (%v)", name, file.Value.Filename, err)
+	}
+	rc, _ := zr.File[0].Open()
+	got, _ := io.ReadAll(rc)
+	if string(got) != want {
+		t.Fatalf("se/files %s holds %d bytes, want the %d downloaded", name, len(got), len(want))
+	}
+	if r := call(t, "POST", session+"/se/files", `{"name":"nope.txt"}`); r.status != 400 || r.Value.Error != "invalid argument" {
+		t.Errorf("se/files of a missing file: %d %+v, want 400 invalid argument", r.status, r.Value)
+	}
+	if r := call(t, "DELETE", session+"/se/files", ""); r.status != 200 {
+		t.Fatalf("DELETE se/files: %+v", r)
+	}
+	list.Value.Names = nil
+	json.Unmarshal(rawCall(t, "GET", session+"/se/files", ""), &list)
+	if len(list.Value.Names) != 0 {
+		t.Fatalf("se/files after DELETE lists %v", list.Value.Names)
+	}
 }
 
 // Session logs with real Chromium: a session that asks (enableLog, logName)

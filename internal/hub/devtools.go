@@ -379,9 +379,10 @@ func (h *Hub) sideChannelCaps(base string, s *session.Session, caps json.RawMess
 		_ = json.Unmarshal(caps, &c)
 		extra["se:cdpVersion"] = c.BrowserVersion + c.Version
 	}
-	if f := s.Endpoints().Files; f != nil && f.Scheme == "file" {
-		// Grid 4's managed downloads (/se/files) are served: Selenium's
-		// clients look for this before they ask for a download.
+	if s.Endpoints().Files != nil {
+		// Grid 4's managed downloads (/se/files) are served, from the
+		// hub's directory or the image's file server: Selenium's clients
+		// look for this before they ask for a download.
 		extra["se:downloadsEnabled"] = true
 	}
 	if s.BiDiPath != "" {

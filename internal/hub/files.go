@@ -275,7 +275,9 @@ func listFiles(dir string) []string {
 }
 
 // gridFiles serves Grid 4's managed downloads: GET lists, POST {"name"} returns
-// the file zipped and base64-encoded, DELETE removes them all.
+// the file zipped and base64-encoded, DELETE removes them all. A local
+// driver's downloads are a directory of the hub's; a container's are its
+// image's file server (gridFilesServed).
 func (h *Hub) gridFiles(w http.ResponseWriter, r *http.Request) {
 	s, ok := h.begin(w, r)
 	if !ok {
@@ -283,35 +285,30 @@ func (h *Hub) gridFiles(w http.ResponseWriter, r *http.Request) {
 	}
 	defer h.sessions.Done(s)
 	files := s.Endpoints().Files
-	if files == nil || files.Scheme != "file" {
+	if files == nil {
 		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnsupportedOperation,
-			fmt.Sprintf("session %s: Grid's managed downloads are served for local drivers; use /download/%s/ for containers", s.ID, s.ID))
+			fmt.Sprintf("session %s has no downloads: its image does not serve files on port 8080", s.ID))
+		return
+	}
+	if files.Scheme != "file" {
+		h.gridFilesServed(w, r, s, files)
 		return
 	}
 	switch r.Method {
 	case http.MethodGet:
 		writeJSON(w, http.StatusOK, map[string]any{"value": map[string]any{"names": listFiles(files.Path)}})
 	case http.MethodPost:
-		var in struct {
-			Name string `json:"name"`
-		}
-		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&in); err != nil || in.Name == "" {
-			webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument, `the body must be {"name": "<file name>"}`)
+		name, ok := gridFileName(w, r, s)
+		if !ok {
 			return
 		}
-		if strings.ContainsAny(in.Name, `/\`) || in.Name == ".." || in.Name == "." {
-			webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument,
-				fmt.Sprintf("%.200q is not a file name: give one of the names GET /session/%s/se/files lists, without a path", in.Name, s.ID))
-			return
-		}
-		f, _, err := openRegular(files.Path, in.Name)
+		f, _, err := openRegular(files.Path, name)
 		if err != nil {
-			webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument,
-				fmt.Sprintf("session %s has no downloaded file %.200q: GET /session/%s/se/files lists its files", s.ID, in.Name, s.ID))
+			noGridFile(w, s, name)
 			return
 		}
 		defer f.Close()
-		writeZippedFile(w, in.Name, f)
+		writeZippedFile(w, name, f)
 	case http.MethodDelete:
 		for _, n := range listFiles(files.Path) {
 			_ = os.Remove(filepath.Join(files.Path, n))
@@ -320,6 +317,126 @@ func (h *Hub) gridFiles(w http.ResponseWriter, r *http.Request) {
 	default:
 		methodNotAllowed(w, r)
 	}
+}
+
+// gridFilesServed serves Grid's managed downloads of a session whose image
+// serves them (Selenoid's contract, port 8080: GET /?json lists, GET /{name}
+// and DELETE /{name}), through the Transport its commands take. The
+// calls end with the client's request or the session.
+func (h *Hub) gridFilesServed(w http.ResponseWriter, r *http.Request, s *session.Session, files *url.URL) {
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.Ended():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	call := func(method string, u *url.URL) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+		if err != nil {
+			return nil, err
+		}
+		return h.opts.Transport.RoundTrip(req)
+	}
+	list := func() ([]string, error) {
+		u := files.JoinPath("/")
+		u.RawQuery = "json"
+		resp, err := call(http.MethodGet, u)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		var names []string
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("its listing answered %s", resp.Status)
+		}
+		// A listing is a name per file: a few MiB is more than a browser's
+		// downloads of a session can name.
+		if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&names); err != nil {
+			return nil, fmt.Errorf("its listing is not a JSON list of names: %v", err)
+		}
+		if len(names) > maxServedFiles {
+			return nil, fmt.Errorf("its listing names %d files, more than the %d a session's downloads may hold here", len(names), maxServedFiles)
+		}
+		sort.Strings(names)
+		return names, nil
+	}
+	down := func(err error) { h.sideChannelDown(w, s, "the file server", files, err) }
+	switch r.Method {
+	case http.MethodGet:
+		names, err := list()
+		if err != nil {
+			down(err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"value": map[string]any{"names": names}})
+	case http.MethodPost:
+		name, ok := gridFileName(w, r, s)
+		if !ok {
+			return
+		}
+		resp, err := call(http.MethodGet, files.JoinPath(url.PathEscape(name)))
+		if err != nil {
+			down(err)
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			noGridFile(w, s, name)
+			return
+		}
+		writeZippedFile(w, name, resp.Body)
+	case http.MethodDelete:
+		names, err := list()
+		if err == nil {
+			for _, n := range names {
+				var resp *http.Response
+				if resp, err = call(http.MethodDelete, files.JoinPath(url.PathEscape(n))); err != nil {
+					break
+				}
+				resp.Body.Close()
+			}
+		}
+		if err != nil {
+			down(err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"value": nil})
+	default:
+		methodNotAllowed(w, r)
+	}
+}
+
+// maxServedFiles bounds the files of a file server's listing the hub takes,
+// and so the removals one DELETE of managed downloads makes: the listing is
+// the client's container's.
+const maxServedFiles = 10000
+
+// gridFileName reads the {"name"} of a managed download's POST: one of the
+// names the listing gives, without a path. ok is false, and the client told
+// why, for any other body.
+func gridFileName(w http.ResponseWriter, r *http.Request, s *session.Session) (string, bool) {
+	var in struct {
+		Name string `json:"name"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&in); err != nil || in.Name == "" {
+		webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument, `the body must be {"name": "<file name>"}`)
+		return "", false
+	}
+	if strings.ContainsAny(in.Name, `/\`) || in.Name == ".." || in.Name == "." {
+		webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument,
+			fmt.Sprintf("%.200q is not a file name: give one of the names GET /session/%s/se/files lists, without a path", in.Name, s.ID))
+		return "", false
+	}
+	return in.Name, true
+}
+
+// noGridFile answers a managed download of a name the session has no file by.
+func noGridFile(w http.ResponseWriter, s *session.Session, name string) {
+	webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument,
+		fmt.Sprintf("session %s has no downloaded file %.200q: GET /session/%s/se/files lists its files", s.ID, name, s.ID))
 }
 
 // writeZippedFile answers {"value": {"filename", "contents"}}, contents being

@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"html"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -238,5 +240,78 @@ func TestListingsWithoutSlash(t *testing.T) {
 		t.Fatalf("GET /video?json followed: %v %v", resp, err)
 	} else {
 		resp.Body.Close()
+	}
+}
+
+// Grid's managed downloads of a session whose image serves its downloads
+// (a container's port 8080): the hub lists, fetches and removes them through
+// the file server, and a file server that fails or answers no list is a W3C
+// error, not an empty list.
+func TestGridFilesFromAFileServer(t *testing.T) {
+	var mu sync.Mutex
+	stored := map[string]string{"a report.txt": "A"}
+	broken := false
+	fileServer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		name := strings.TrimPrefix(r.URL.Path, "/")
+		switch {
+		case broken:
+			io.WriteString(w, "<html>not a list</html>")
+		case r.Method == http.MethodGet && name == "":
+			names := []string{}
+			for n := range stored {
+				names = append(names, n)
+			}
+			json.NewEncoder(w).Encode(names)
+		case stored[name] == "":
+			http.NotFound(w, r)
+		case r.Method == http.MethodDelete:
+			delete(stored, name)
+		default:
+			io.WriteString(w, stored[name])
+		}
+	}))
+	defer fileServer.Close()
+	files, _ := url.Parse(fileServer.URL + "/")
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, &stubLauncher{sides: func(e *launcher.Endpoints) { e.Files = files }})
+	_, body := f.do("POST", "/session", w3cChrome)
+	v := body["value"].(map[string]any)
+	id := v["sessionId"].(string)
+	if caps, _ := v["capabilities"].(map[string]any); caps["se:downloadsEnabled"] != true {
+		t.Errorf("se:downloadsEnabled = %v for a session whose image serves its downloads, want true", caps["se:downloadsEnabled"])
+	}
+	if _, body := f.do("GET", "/session/"+id+"/se/files", ""); fmt.Sprint(body["value"]) != "map[names:[a report.txt]]" {
+		t.Errorf("se/files lists %v", body["value"])
+	}
+	_, body = f.do("POST", "/session/"+id+"/se/files", `{"name":"a report.txt"}`)
+	file, _ := body["value"].(map[string]any)
+	raw, _ := base64.StdEncoding.DecodeString(fmt.Sprint(file["contents"]))
+	zr, err := zip.NewReader(bytes.NewReader(raw), int64(len(raw)))
+	if err != nil || len(zr.File) != 1 || zr.File[0].Name != "a report.txt" {
+		t.Fatalf("se/files a report.txt: %v, not a zip of the file (%v)", body, err)
+	}
+	if rc, _ := zr.File[0].Open(); rc != nil {
+		if got, _ := io.ReadAll(rc); string(got) != "A" {
+			t.Errorf("the zipped file holds %q", got)
+		}
+	}
+	if resp, body := f.do("POST", "/session/"+id+"/se/files", `{"name":"b.txt"}`); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("se/files of a file the server does not have: %d %v, want 400", resp.StatusCode, body)
+	}
+	if resp, _ := f.do("DELETE", "/session/"+id+"/se/files", ""); resp.StatusCode != http.StatusOK {
+		t.Errorf("DELETE se/files: %d", resp.StatusCode)
+	}
+	mu.Lock()
+	left := len(stored)
+	broken = true
+	mu.Unlock()
+	if left != 0 {
+		t.Errorf("%d files left on the file server after DELETE se/files", left)
+	}
+	if resp, body := f.do("GET", "/session/"+id+"/se/files", ""); resp.StatusCode != http.StatusInternalServerError {
+		t.Errorf("se/files from a file server that answers no list: %d %v, want 500", resp.StatusCode, body)
+	} else if code, msg := errOf(body); code != "unknown error" || !strings.Contains(msg, "file server") {
+		t.Errorf("se/files from a broken file server: %s %q", code, msg)
 	}
 }
