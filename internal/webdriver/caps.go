@@ -255,7 +255,11 @@ func (n *NewSession) Candidates() ([]Candidate, error) {
 				own = true
 			}
 		}
-		if own || shared == nil {
+		grid, err := gridOptions(*c)
+		if err != nil {
+			return nil, err
+		}
+		if own || shared == nil || grid != nil {
 			var block *optionsLayer // the W3C half's; a JSONWire request's is desiredBlock
 			if n.W3C {
 				src := c.always
@@ -269,12 +273,12 @@ func (n *NewSession) Candidates() ([]Candidate, error) {
 			}
 			// Selenoid's order: desiredCapabilities' block wins over the W3C
 			// half's, which fills what it leaves unset; both win over the top
-			// level.
-			o, err := mergeOptions(top, block, desiredBlock)
+			// level, and that over Grid's se: capabilities.
+			o, err := mergeOptions(grid, top, block, desiredBlock)
 			if err != nil {
 				return nil, err
 			}
-			if own {
+			if own || grid != nil {
 				c.Options = o
 				continue
 			}
@@ -283,6 +287,36 @@ func (n *NewSession) Candidates() ([]Candidate, error) {
 		c.Options = *shared
 	}
 	return cands, nil
+}
+
+// gridCaps are the capabilities of Selenium Grid's Dynamic Grid
+// (docker-selenium) that ask what a Selenoid option asks, by that option.
+var gridCaps = map[string]string{"se:recordVideo": "enableVideo", "se:screenResolution": "screenResolution",
+	"se:timeZone": "timeZone", "se:name": "name"}
+
+// gridOptions reads a candidate's Grid capabilities (gridCaps) as a layer of
+// options, so a Grid user's request records, sizes and names its session
+// rather than being silently ignored; nil when it has none.
+func gridOptions(c Candidate) (*optionsLayer, error) {
+	src := map[string]any{}
+	for k, opt := range gridCaps {
+		v, ok := c.lookup(k)
+		if !ok || v == nil {
+			continue
+		}
+		if _, isBool := v.(bool); opt == "enableVideo" && !isBool {
+			return nil, argErr("capability %q must be true or false (got %s)", k, JSONType(v))
+		}
+		if _, isString := v.(string); opt != "enableVideo" && !isString {
+			return nil, argErr("capability %q must be a string (got %s)", k, JSONType(v))
+		}
+		src[opt] = v
+	}
+	if len(src) == 0 {
+		return nil, nil
+	}
+	o, err := readOptions(src, "Grid's se: capabilities", false)
+	return &optionsLayer{"Grid's se: capabilities", o}, err
 }
 
 // mapBrowser is the browser a capabilities object names, as Selenoid's
@@ -473,8 +507,9 @@ func knownOptionsOf(caps map[string]any, key string) (*optionsLayer, error) {
 }
 
 // SessionOptions reads back the options in a session's capabilities, for
-// /status, which polls it for every session: the known keys at the top level,
-// under those of the vendor block, as Candidates merges them. Only known keys
+// /status, which polls it for every session: Grid's se: capabilities, under
+// the known keys at the top level, under those of the vendor block, as
+// Candidates merges them. Only known keys
 // are read, so nothing else in the capabilities is copied. A layer that does
 // not read is left out: the top level of a W3C request is not read at
 // creation, so it was never checked.
@@ -498,7 +533,11 @@ func SessionOptions(caps map[string]any) Options {
 	// layer set, where the merge it returns is still what the layers say,
 	// and labels or env over their bounds between the layers (a W3C
 	// request's top level was not read at creation), which are left out.
-	o, _ := mergeOptions(top, block)
+	grid, err := gridOptions(Candidate{always: caps})
+	if err != nil {
+		grid = nil
+	}
+	o, _ := mergeOptions(grid, top, block)
 	if len(o.Labels) > maxLabels {
 		o.Labels = nil
 	}

@@ -397,3 +397,41 @@ func TestZeroSessionTimeoutIsTheDefault(t *testing.T) {
 		}
 	}
 }
+
+// A Selenium Grid user's Dynamic Grid capabilities ask what Selenoid's options
+// ask: a video, a screen, a zone and a name, per firstMatch candidate; a
+// vendor block's own values win over them, and a value of the wrong type is
+// refused rather than ignored.
+func TestGridCapabilities(t *testing.T) {
+	n, err := ParseNewSession([]byte(`{"capabilities":{"alwaysMatch":{"browserName":"chrome","se:recordVideo":true,"se:timeZone":"Asia/Tokyo","se:name":"grid run"},
+		"firstMatch":[{"se:screenResolution":"1280x720"},{"selenoid:options":{"screenResolution":"1024x768","name":"mine"}}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cands, err := n.Candidates()
+	if err != nil || len(cands) != 2 {
+		t.Fatalf("candidates: %v %v", cands, err)
+	}
+	if o := cands[0].Options; !o.EnableVideo || o.ScreenResolution != "1280x720" || o.TimeZone != "Asia/Tokyo" || o.Name != "grid run" {
+		t.Errorf("Grid's capabilities read as %+v", o)
+	}
+	if o := cands[1].Options; !o.EnableVideo || o.ScreenResolution != "1024x768" || o.Name != "mine" {
+		t.Errorf("selenoid:options over Grid's capabilities: %+v", o)
+	}
+	if o := SessionOptions(map[string]any{"se:timeZone": "Asia/Tokyo"}); o.TimeZone != "Asia/Tokyo" {
+		t.Errorf("SessionOptions reads se:timeZone as %q", o.TimeZone)
+	}
+	for _, body := range []string{
+		`{"capabilities":{"alwaysMatch":{"se:recordVideo":"yes"}}}`,
+		`{"capabilities":{"alwaysMatch":{"se:screenResolution":1280}}}`,
+	} {
+		n, err := ParseNewSession([]byte(body))
+		if err == nil {
+			_, err = n.Candidates()
+		}
+		var ae *ArgumentError
+		if !errors.As(err, &ae) {
+			t.Errorf("%s: %v, want an argument error", body, err)
+		}
+	}
+}
