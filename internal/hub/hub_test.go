@@ -506,6 +506,10 @@ func TestStatusEndpoints(t *testing.T) {
 	if st["total"] != 2.0 || st["used"] != 1.0 || st["queued"] != 0.0 || st["pending"] != 0.0 {
 		t.Fatalf("status counts %v", st)
 	}
+	// Grid's readiness beside Selenoid's counts: a slot is free.
+	if v, _ := st["value"].(map[string]any); v["ready"] != true || v["message"] == "" {
+		t.Errorf("/status value %v, want Grid's ready: true with a message", st["value"])
+	}
 	chrome := st["browsers"].(map[string]any)["chrome"].(map[string]any)
 	if _, ok := chrome["127.0"]; !ok {
 		t.Fatal("configured version missing from /status")

@@ -42,7 +42,11 @@ type statusQuota struct {
 func (h *Hub) selenoidStatus(w http.ResponseWriter, r *http.Request) {
 	st := h.queue.Stats()
 	pending := int(h.pending.Load())
+	ready, msg := h.readiness()
 	writeJSON(w, http.StatusOK, map[string]any{
+		// Selenium Grid's answer beside Selenoid's, which has no "value":
+		// scripts written for Grid wait on /status's .value.ready.
+		"value": map[string]any{"ready": ready, "message": msg},
 		"total": st.Limit,
 		// As Selenoid counts: a starting session is pending, not used, so
 		// that total - used - pending is what is free (selenoid-ui and
