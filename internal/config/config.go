@@ -258,13 +258,19 @@ type Resolved struct {
 func (r Resolved) String() string { return r.Name + " " + r.Version }
 
 // Find resolves a browser name and version. An empty version takes the browser's
-// default; otherwise the version matches a configured one exactly or as a prefix
-// ("128" matches "128.0"; of several, the highest sorts first). The error lists
-// what is configured.
+// default, as does "stable" (Selenium Grid's any version) unless a version is
+// so named; otherwise the version matches a configured one exactly or as a
+// prefix ("128" matches "128.0"; of several, the highest sorts first). The
+// error lists what is configured.
 func (bs Browsers) Find(name, version string) (Resolved, error) {
 	v := bs[name]
 	if v == nil {
 		return Resolved{}, &NotFoundError{fmt.Sprintf("browser %q is not configured; configured: %s", name, bs.Describe())}
+	}
+	if version == "stable" && v.Versions[version] == nil {
+		// Selenium Grid's word for whatever version it has (Selenium
+		// Manager asks for it): the default, unless a version is so named.
+		version = ""
 	}
 	asked := version
 	if version == "" {

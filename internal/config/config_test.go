@@ -46,6 +46,7 @@ func TestFind(t *testing.T) {
 		{"chrome", "128", "128.1", ""}, // prefix: the highest match
 		{"chrome", "9", "9.0", ""},
 		{"chrome", "12", "128.1", ""},
+		{"chrome", "stable", "128.0", ""}, // Selenium Grid's any version: the default
 		{"chrome", "130", "", `browser "chrome" version "130" is not configured; configured versions: 9.0, 127.0, 128.0, 128.1`},
 		{"opera", "", "", `browser "opera" is not configured; configured: chrome (9.0, 127.0, 128.0, 128.1); firefox (57.0)`},
 	}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -337,6 +338,12 @@ func (h *Hub) resolve(c *creation) error {
 			continue
 		}
 		b, err := browsers.Find(cand.Browser, cand.Version)
+		if err == nil && cand.OtherPlatform() && runtime.GOOS == "linux" {
+			// Every driver here would refuse it, after a slot and a start:
+			// said now, as Selenium Grid says it.
+			p, _ := cand.Caps()["platformName"].(string)
+			err = &config.NotFoundError{Msg: fmt.Sprintf("platformName %.100q: this hub's browsers run on Linux; ask for platformName \"linux\" or none", p)}
+		}
 		if err == nil {
 			c.opts, c.caps, c.browser, c.asked = cand.Options, cand.Caps(), b, cand.Version
 			firstErr = nil

@@ -395,6 +395,17 @@ func TestFirstMatchPassesOverOtherPlatforms(t *testing.T) {
 		t.Errorf("the driver was asked for %s, want the Linux entry", got)
 	}
 	f.do("DELETE", "/session/"+body["value"].(map[string]any)["sessionId"].(string), "")
+	// With no other entry, the request is refused at once, as Grid refuses
+	// it: no slot, no start, no driver to refuse it a moment later.
+	f.ev.Wait(t, "[SESSION_DELETED]", time.Minute) // the slot is held until the teardown ends
+	starts := l.liveCount()
+	resp, body = f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","platformName":"Windows 11"}}}`)
+	if code, msg := errOf(body); resp.StatusCode != http.StatusBadRequest || code != "invalid argument" || !strings.Contains(msg, "run on Linux") {
+		t.Errorf("a Windows-only request: %d %q %q, want 400 saying the browsers run on Linux", resp.StatusCode, code, msg)
+	}
+	if l.liveCount() != starts || f.q.Stats().InUse != 0 {
+		t.Errorf("a Windows-only request started a browser or holds a slot: %+v", f.q.Stats())
+	}
 }
 
 func TestRetryCountAndStartFailures(t *testing.T) {
