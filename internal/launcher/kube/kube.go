@@ -213,8 +213,28 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 	l.mu.Lock()
 	l.pods[name] = inst
 	l.mu.Unlock()
-	if _, err := l.client.CoreV1().Pods(l.opts.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		l.forget(inst)
+	// The creation is not the client's to cut short: a call cancelled in
+	// flight may still make the pod, which the hub would then not know of
+	// (it would run, outside -limit, until the sweep). It ends by the
+	// start's deadline whatever the client does; a client gone by then has
+	// its pod deleted below, as any failed start's.
+	dl, _ := ctx.Deadline()
+	cctx, ccancel := context.WithDeadline(context.WithoutCancel(ctx), dl)
+	_, err = l.client.CoreV1().Pods(l.opts.Namespace).Create(cctx, pod, metav1.CreateOptions{})
+	ccancel()
+	if err != nil {
+		if mayExist(err) {
+			// No answer, or the API server's own timeout: the pod may
+			// exist all the same.
+			rctx := context.WithoutCancel(ctx)
+			if l.health.Up() {
+				_ = inst.remove(rctx)
+			} else {
+				go func() { _ = inst.remove(rctx) }() // the sweep deletes it if this cannot
+			}
+		} else {
+			l.forget(inst)
+		}
 		return nil, l.apiErr(ctx, r.Browser, "creating the pod", err)
 	}
 	e, err := l.run(ctx, inst, r)
@@ -241,6 +261,17 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 	inst.mu.Unlock()
 	logtag.Event(l.log, slog.LevelDebug, r.ID, "POD_STARTED", r.Browser, name, e.Driver.Host)
 	return inst, nil
+}
+
+// mayExist reports whether a failed creation may have made its pod all the
+// same: the API server gave no answer (the call timed out or its connection
+// broke) or answered that it ran out of time. A refusal it answered made none.
+func mayExist(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true
+	}
+	return apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err)
 }
 
 // run waits until the pod runs with an address, then until its driver
@@ -400,6 +431,11 @@ func (l *Launcher) apiErr(ctx context.Context, b config.Resolved, what string, e
 		// Waiting helps: a session ending frees the quota.
 		se.Down = true
 		se.Msg = fmt.Sprintf("%s: namespace %s's ResourceQuota refuses another pod (%v); try again when a session ends, or raise the quota (or lower -limit to match it)", what, l.opts.Namespace, apiMessage(err))
+	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "failed quota"):
+		// A ResourceQuota that needs every container's requests and
+		// limits: the configuration's to give, not the engine failing.
+		se.Engine = false
+		se.Msg = fmt.Sprintf("%s: namespace %s's ResourceQuota refuses the pod made from %s (%v); give that browsers.json entry \"mem\" and \"cpu\", and the hub -mem and -cpu (a video recorder runs under those)", what, l.opts.Namespace, b, apiMessage(err))
 	case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "violates PodSecurity"):
 		// The namespace's Pod Security level, not the hub's rights.
 		se.Engine = false

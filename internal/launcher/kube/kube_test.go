@@ -412,6 +412,9 @@ func TestCreateRefusals(t *testing.T) {
 		// The namespace's Pod Security level: not the hub's rights, and not
 		// the engine failing (no cut of the start gate).
 		{"pod security", apierrors.NewForbidden(pods, "p", errors.New(`violates PodSecurity "restricted:latest": runAsNonRoot != true`)), false, "Pod Security level"},
+		// A quota that needs every container's limits: the configuration's
+		// to give, not the hub's rights (it was told to fix its Role).
+		{"quota needs limits", apierrors.NewForbidden(pods, "p", errors.New("failed quota: mem: must specify limits.memory for: recorder")), false, "give that browsers.json entry"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := fake.NewClientset()
@@ -419,7 +422,8 @@ func TestCreateRefusals(t *testing.T) {
 			client.PrependReactor("create", "pods", func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, tc.err })
 			_, err := l.Start(context.Background(), launcher.Request{ID: "1", Browser: entry("img", "4444")})
 			var se *launcher.StartError
-			if !errors.As(err, &se) || se.Down != tc.down || se.Engine != (tc.name != "pod security") || !strings.Contains(se.Msg, tc.says) {
+			config := tc.name == "pod security" || tc.name == "quota needs limits"
+			if !errors.As(err, &se) || se.Down != tc.down || se.Engine == config || !strings.Contains(se.Msg, tc.says) {
 				t.Fatalf("got %#v, want down %v saying %q", err, tc.down, tc.says)
 			}
 			l.mu.Lock()
@@ -429,6 +433,29 @@ func TestCreateRefusals(t *testing.T) {
 				t.Errorf("%d pods still owned after a refused create", left)
 			}
 		})
+	}
+}
+
+// A creation whose answer never came (the connection broke, the call timed
+// out) may have made the pod all the same: the start deletes it, as any
+// failed start's, rather than leave it running unowned until the sweep.
+func TestCreateWithoutAnAnswerDeletesThePod(t *testing.T) {
+	client := fake.NewClientset()
+	l := newLauncher(t, client)
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		obj := a.(k8stesting.CreateAction).GetObject()
+		if err := client.Tracker().Create(pods, obj, "browsers"); err != nil {
+			t.Error(err)
+		}
+		return true, nil, errors.New("http2: client connection lost")
+	})
+	if _, err := l.Start(context.Background(), launcher.Request{ID: "1", Browser: entry("img", "4444")}); err == nil {
+		t.Fatal("a creation without an answer started")
+	}
+	list, err := client.CoreV1().Pods("browsers").List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(list.Items) != 0 {
+		t.Fatalf("pods left after a creation without an answer: %d (%v)", len(list.Items), err)
 	}
 }
 
@@ -510,14 +537,16 @@ func recordedSession(t *testing.T, videos string, hang bool, stop time.Duration)
 	client, _, port := servingNode(t)
 	ex := &fakeExec{client: client, cmds: make(chan []string, 4), hang: hang}
 	l, err := New(Options{Namespace: "browsers", HubAddresses: []string{}, VideoDir: videos, VideoImage: "websummoner/recorder:1", Exec: ex,
-		Options: launcher.Options{Instance: "test", StartupTimeout: 20 * time.Second, StopTimeout: stop}}, client, nil, nil)
+		Options: launcher.Options{Instance: "test", StartupTimeout: 20 * time.Second, StopTimeout: stop}, Mem: "256m", CPU: "0.5"}, client, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	l.Prepare(ctx)
-	inst, err := l.Start(ctx, launcher.Request{ID: "1", Browser: entry("img", port), Options: webdriver.Options{EnableVideo: true, VideoName: "login.mp4"}})
+	b := entry("img", port)
+	b.Mem = "1g" // the browser's own; the recorder runs under the hub's -mem
+	inst, err := l.Start(ctx, launcher.Request{ID: "1", Browser: b, Options: webdriver.Options{EnableVideo: true, VideoName: "login.mp4"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -535,6 +564,16 @@ func TestVideoRecorderInThePod(t *testing.T) {
 	}
 	if sc := pod.Spec.Containers[1].SecurityContext; sc == nil || sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "NET_RAW" {
 		t.Errorf("recorder security context %+v: want NET_RAW dropped, as the browser's", sc)
+	}
+	// Bounded as the Docker launcher's recorder is (a page can make it
+	// encode without end), and so admitted by a ResourceQuota that needs
+	// every container's limits.
+	rec := pod.Spec.Containers[1].Resources
+	if rec.Limits.Memory().String() != "256Mi" || rec.Limits.Cpu().String() != "500m" || rec.Requests.Memory().String() != "256Mi" {
+		t.Errorf("recorder resources %+v: want the hub's -mem 256m and -cpu 0.5 as requests and limits", rec)
+	}
+	if m := pod.Spec.Containers[0].Resources.Limits.Memory().String(); m != "1Gi" {
+		t.Errorf("browser memory %s, want the entry's 1g", m)
 	}
 	inst.SessionCreated("abc", nil)
 	if err := inst.Stop(ctx); err != nil {

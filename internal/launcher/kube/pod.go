@@ -293,7 +293,9 @@ func (l *Launcher) buildPod(r launcher.Request, name, session string, hub string
 	}
 	pod.Spec.Containers = []corev1.Container{browser}
 	if o.EnableVideo {
-		l.addRecorder(pod, r)
+		if err := l.addRecorder(pod, r); err != nil {
+			return nil, err
+		}
 	}
 	return pod, nil
 }

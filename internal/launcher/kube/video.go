@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 	"k8s.io/streaming/pkg/httpstream"
 
+	"github.com/websummoner/websummoner/internal/config"
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/logtag"
 )
@@ -93,7 +94,14 @@ func fallBack(err error) bool {
 func videoFile(videoName string) string { return launcher.RecordingFile(videoName) }
 
 // addRecorder puts the recorder and the volume it writes to into the pod.
-func (l *Launcher) addRecorder(pod *corev1.Pod, r launcher.Request) {
+// The recorder runs under the hub's -mem and -cpu, as the Docker launcher's
+// does (the entry's are the browser's): a page can make it encode without
+// end, and a ResourceQuota on memory or CPU refuses a container without them.
+func (l *Launcher) addRecorder(pod *corev1.Pod, r launcher.Request) error {
+	res, err := l.resources(&config.Browser{})
+	if err != nil {
+		return fmt.Errorf("the video recorder's resources (-mem, -cpu): %v", err)
+	}
 	o := r.Options
 	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: videoVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	b := &pod.Spec.Containers[0]
@@ -106,9 +114,11 @@ func (l *Launcher) addRecorder(pod *corev1.Pod, r launcher.Request) {
 	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
 		Name: recorderContainer, Image: l.opts.VideoImage, ImagePullPolicy: corev1.PullNever, Env: env,
 		VolumeMounts: []corev1.VolumeMount{{Name: videoVolume, MountPath: recordingDir}},
+		Resources:    res,
 		// It shares the browser's network: no raw sockets there either.
 		SecurityContext: &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"NET_RAW"}}},
 	})
+	return nil
 }
 
 // finishVideo stops the recorder, waits for it to exit, and copies its file
