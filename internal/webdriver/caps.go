@@ -677,6 +677,13 @@ func readOptions(src map[string]any, key string, checkKeys bool) (Options, error
 				name, _, _ := strings.Cut(s, "=")
 				return o, argErr("%s.env entry %.64q is %d bytes: at most %d (a process's environment holds no larger variable)", key, name, len(s), maxEnvEntry)
 			}
+			if strings.IndexByte(s, 0) >= 0 {
+				// A process's environment ends each string at a NUL: the
+				// container would not start, and the start be counted as
+				// the engine's failure.
+				name, _, _ := strings.Cut(s, "=")
+				return o, argErr("%s.env entry %.64q holds a NUL byte, which no process's environment can", key, name)
+			}
 			o.Env = append(o.Env, s)
 		}
 	}
@@ -840,6 +847,15 @@ func Merge(base, over map[string]any) map[string]any {
 
 // checkNetworking validates the per-session networking options' shapes.
 func checkNetworking(key string, o Options) error {
+	// Each entry is a line of the container's /etc/hosts or resolv.conf:
+	// tens are a test's, tens of thousands an attempt on the engine's or the
+	// API server's message limits.
+	if len(o.HostsEntries) > maxHostsEntries {
+		return argErr("%s.hostsEntries has %d entries: at most %d", key, len(o.HostsEntries), maxHostsEntries)
+	}
+	if len(o.DNSServers) > maxDNSServers {
+		return argErr("%s.dnsServers has %d entries: at most %d", key, len(o.DNSServers), maxDNSServers)
+	}
 	for _, e := range o.HostsEntries {
 		// Each entry becomes a line of the browser's /etc/hosts: a newline or
 		// space in it would add lines or names the client does not own.
@@ -879,6 +895,9 @@ const (
 	maxEnv        = 256
 	maxEnvEntry   = 32 << 10
 	maxEnvBytes   = 256 << 10
+
+	maxHostsEntries = 256
+	maxDNSServers   = 16
 )
 
 // maxFileName is the longest logName: a file name's limit on Linux file
