@@ -29,6 +29,9 @@ try:
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as up:
         up.write("uploaded through the hub")
     driver.find_element(By.ID, "f").send_keys(up.name)
+    # Two animation frames before the screenshot: WebKit's can come before
+    # a fresh page's first paint (all white), as in webkit_docker.py.
+    driver.execute_async_script("var done = arguments[0]; requestAnimationFrame(() => requestAnimationFrame(done))")
     seen = {
         "session": driver.session_id,
         "visited": visited,

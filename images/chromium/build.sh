@@ -21,6 +21,10 @@ mkdir -p "$root/etc/websummoner"
 # fluxbox's settings (entrypoint.sh): configVersion 13 keeps Debian's fluxbox
 # from replacing the file with its defaults.
 printf 'session.configVersion: 13\nsession.screen0.toolbar.visible: false\nsession.screen0.defaultDeco: NONE\nsession.screen0.workspaces: 1\n' > "$root/etc/websummoner/fluxbox-init"
+# No wallpaper: fluxbox's fbsetbg, finding no program to set Debian's style's
+# wallpaper with, puts up a dialog in the middle of the screen, which every
+# screenshot and video would show. Without it the root stays as Xvfb makes it.
+rm -f "$root/usr/bin/fbsetbg"
 chroot "$root" x11vnc -storepasswd selenoid /etc/websummoner/vncpasswd >/dev/null 2>&1
 debian_root_done
 install -m 0755 entrypoint.sh "$root/usr/local/bin/entrypoint"

@@ -509,10 +509,9 @@ func knownOptionsOf(caps map[string]any, key string) (*optionsLayer, error) {
 // SessionOptions reads back the options in a session's capabilities, for
 // /status, which polls it for every session: Grid's se: capabilities, under
 // the known keys at the top level, under those of the vendor block, as
-// Candidates merges them. Only known keys
-// are read, so nothing else in the capabilities is copied. A layer that does
-// not read is left out: the top level of a W3C request is not read at
-// creation, so it was never checked.
+// Candidates merges them. Only known keys are read, so nothing else in the
+// capabilities is copied. A layer that does not read is left out: the top
+// level of a W3C request is not read at creation, so it was never checked.
 func SessionOptions(caps map[string]any) Options {
 	top, err := knownOptionsOf(caps, "capabilities")
 	if err != nil {
