@@ -326,13 +326,7 @@ func (h *Hub) gridFiles(w http.ResponseWriter, r *http.Request) {
 func (h *Hub) gridFilesServed(w http.ResponseWriter, r *http.Request, s *session.Session, files *url.URL) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	go func() {
-		select {
-		case <-s.Ended():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	cancelAtEnd(ctx, cancel, s)
 	call := func(method string, u *url.URL) (*http.Response, error) {
 		req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 		if err != nil {
@@ -413,6 +407,18 @@ func (h *Hub) gridFilesServed(w http.ResponseWriter, r *http.Request, s *session
 // and so the removals one DELETE of managed downloads makes: the listing is
 // the client's container's.
 const maxServedFiles = 10000
+
+// cancelAtEnd calls cancel when the session ends, unless ctx is done first:
+// what a side channel does for a session ends with it.
+func cancelAtEnd(ctx context.Context, cancel context.CancelFunc, s *session.Session) {
+	go func() {
+		select {
+		case <-s.Ended():
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+}
 
 // gridFileName reads the {"name"} of a managed download's POST: one of the
 // names the listing gives, without a path. ok is false, and the client told

@@ -69,13 +69,7 @@ func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {
 		return
 	}
 	defer done()
-	go func() {
-		select {
-		case <-s.Ended():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	cancelAtEnd(ctx, cancel, s)
 	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
 		websocket.Server{Handshake: func(*websocket.Config, *http.Request) error { return nil }, Handler: func(c *websocket.Conn) {
 			// Binary frames, as Selenoid sends them; selenoid-ui reads either.
