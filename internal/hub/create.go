@@ -385,6 +385,9 @@ func (h *Hub) check(c *creation) error {
 	if err := launcher.CheckClient(c.browser, c.opts, c.caps); err != nil {
 		return err
 	}
+	if err := h.checkKeptNames(c.opts); err != nil {
+		return err
+	}
 	if oc, ok := c.launcher.(launcher.OptionsChecker); ok {
 		if err := oc.CheckOptions(c.browser, c.opts); err != nil {
 			return err

@@ -165,6 +165,30 @@ func (h *Hub) keptUnder(id string) error {
 	return nil
 }
 
+// checkKeptNames refuses a videoName or logName that is the name a session
+// the hub knows, live or recently ended, keeps its own video or log under by
+// default ({id}.mp4, {id}.log). Every user reads the ids in /status: a
+// session that saved first under another's name would have its file served
+// to that session's owner as theirs (ownSessionFile), and push the owner's
+// own file to a name only admins may read.
+func (h *Hub) checkKeptNames(o webdriver.Options) error {
+	for _, n := range []struct {
+		name, cap string
+		kind      fileKind
+	}{{o.VideoName, "videoName", videoFiles}, {o.LogName, "logName", logFiles}} {
+		id, ok := strings.CutSuffix(n.name, n.kind.ownSuffix)
+		if !ok || id == "" {
+			continue
+		}
+		_, live := h.sessions.Get(id)
+		_, _, ended := h.sessions.EndedReason(id)
+		if live || ended {
+			return &webdriver.ArgumentError{Msg: fmt.Sprintf("%s %q is the name session %s's own %s is kept under: choose a name that is not another session's id", n.cap, n.name, id, n.kind.noun)}
+		}
+	}
+	return nil
+}
+
 // serveDir serves a directory of finished files: GET lists (?json: a JSON
 // array), GET or HEAD of a name serves it (with Range), DELETE removes it.
 func serveDir(w http.ResponseWriter, r *http.Request, dir, name string, kind fileKind) {

@@ -3,6 +3,7 @@ package hub
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -140,6 +141,38 @@ func TestOwnSessionsKeptFiles(t *testing.T) {
 	check("ended")
 	if code, _, _ := as(t, f, "alice", "DELETE", "/video/"+id+".mp4", ""); code != 200 {
 		t.Fatalf("the owner could not delete her session's video: %d", code)
+	}
+}
+
+// A client cannot name its video or log after another session's own: every
+// user reads the ids in /status, and a file saved first under "{id}.mp4"
+// would be served to that session's owner as hers, while hers went to a
+// name only admins read.
+func TestNoKeptNameOfAnotherSession(t *testing.T) {
+	f := newFixture(t, queue.Options{Limit: 8}, Options{VideoDir: t.TempDir(), LogDir: t.TempDir(), Auth: authStore(t, "ops")}, &stubLauncher{})
+	_, _, body := as(t, f, "alice", "POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	named := func(key, name string) string {
+		return `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"` + key + `":"` + name + `"}}}}`
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, c := range []struct{ key, name string }{{"videoName", id + ".mp4"}, {"logName", id + ".log"}} {
+			code, _, body := as(t, f, "bob", "POST", "/session", named(c.key, c.name))
+			if code != 400 || !strings.Contains(fmt.Sprint(body), "is the name session "+id) {
+				t.Errorf("%s: bob's %s %q: %d %v, want a 400 naming the session", when, c.key, c.name, code, body)
+			}
+		}
+	}
+	check("live")
+	if code, _, _ := as(t, f, "alice", "DELETE", "/session/"+id, ""); code != 200 {
+		t.Fatalf("DELETE: %d", code)
+	}
+	check("ended")
+	// Another name is the client's to choose.
+	code, _, body := as(t, f, "bob", "POST", "/session", named("videoName", "checkout.mp4"))
+	if code != 200 {
+		t.Fatalf("videoName checkout.mp4: %d %v", code, body)
 	}
 }
 
