@@ -2,6 +2,7 @@ package hub
 
 import (
 	"archive/zip"
+	"compress/flate"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -16,7 +17,9 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/gorilla/mux"
 
@@ -55,6 +58,7 @@ func (h *Hub) downloads(w http.ResponseWriter, r *http.Request) {
 		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnsupportedOperation,
 			fmt.Sprintf("session %s has no downloads: its image does not serve files on port 8080", s.ID))
 	case files.Scheme == "file":
+		defer cutAtEnd(w, s)()
 		serveDir(w, r, files.Path, name, downloadFiles)
 	default:
 		target := files.JoinPath(url.PathEscape(name))
@@ -332,6 +336,7 @@ func (h *Hub) gridFiles(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer f.Close()
+		defer cutAtEnd(w, s)()
 		writeZippedFile(w, name, f)
 	case http.MethodDelete:
 		for _, n := range listFiles(files.Path) {
@@ -444,6 +449,36 @@ func cancelAtEnd(ctx context.Context, cancel context.CancelFunc, s *session.Sess
 	}()
 }
 
+// cutAtEnd cuts the answer w is writing when session s ends: a download
+// from a directory of the hub's, to a client that reads slowly or not at
+// all, would otherwise hold the file open (its disk space too, once the
+// session's directory is removed) for as long as the client's connection
+// lasts. The handler defers the returned stop, which waits for a cut under
+// way, so no deadline is set on w after the handler returned, and lifts
+// the deadline of a cut that came after the last write, so the connection
+// serves its next request.
+func cutAtEnd(w http.ResponseWriter, s *session.Session) (stop func()) {
+	rc := http.NewResponseController(w)
+	quit := make(chan struct{})
+	cut := false
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		select {
+		case <-s.Ended():
+			cut = true
+			_ = rc.SetWriteDeadline(time.Now())
+		case <-quit:
+		}
+	})
+	return func() {
+		close(quit)
+		wg.Wait()
+		if cut {
+			_ = rc.SetWriteDeadline(time.Time{})
+		}
+	}
+}
+
 // gridFileName reads the {"name"} of a managed download's POST: one of the
 // names the listing gives, without a path. ok is false, and the client told
 // why, for any other body.
@@ -475,6 +510,14 @@ func noGridFile(w http.ResponseWriter, s *session.Session, name string) {
 // cost the hub several times that in memory. A read error after the status
 // is written can only cut the answer short, which the client sees as broken
 // JSON rather than a wrong file.
+//
+// The entry is deflated at level 0 (stored blocks): a compressing deflate
+// cost the hub's CPU a second per gigabyte of zeros a client's browser
+// downloaded, and sent it a kilobyte, so two requests kept a core busy for as
+// long as the file lasted; stored, the hub's work follows the bytes the
+// client reads. It is still Deflate, which every client's unzip reads, Java's
+// ZipInputStream among them: that one refuses a Stored entry whose sizes
+// follow its data, as a stream's must.
 func writeZippedFile(w http.ResponseWriter, name string, f io.Reader) {
 	quoted, _ := json.Marshal(name)
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
@@ -482,6 +525,9 @@ func writeZippedFile(w http.ResponseWriter, name string, f io.Reader) {
 	fmt.Fprintf(w, `{"value":{"filename":%s,"contents":"`, quoted)
 	b64 := base64.NewEncoder(base64.StdEncoding, w)
 	zw := zip.NewWriter(b64)
+	zw.RegisterCompressor(zip.Deflate, func(out io.Writer) (io.WriteCloser, error) {
+		return flate.NewWriter(out, flate.NoCompression)
+	})
 	fw, err := zw.Create(name)
 	if err == nil {
 		_, err = io.Copy(fw, f)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -19,6 +20,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/websummoner/websummoner/internal/launcher"
 	"github.com/websummoner/websummoner/internal/queue"
@@ -313,5 +315,110 @@ func TestGridFilesFromAFileServer(t *testing.T) {
 		t.Errorf("se/files from a file server that answers no list: %d %v, want 500", resp.StatusCode, body)
 	} else if code, msg := errOf(body); code != "unknown error" || !strings.Contains(msg, "file server") {
 		t.Errorf("se/files from a broken file server: %s %q", code, msg)
+	}
+}
+
+// A download from a local driver's directory, to a client that has stopped
+// reading, is cut when its session ends: it held the file open (and its
+// disk space, once the directory was removed) and, zipped for Grid's
+// managed downloads, the hub's CPU, for as long as the client stayed.
+func TestLocalDownloadEndsWithItsSession(t *testing.T) {
+	const size = 256 << 20 // more than the sockets between client and hub buffer
+	for _, c := range []struct{ name, method, path, body string }{
+		{"download", "GET", "/download/%s/big.bin", ""},
+		{"se/files", "POST", "/session/%s/se/files", `{"name":"big.bin"}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			file := filepath.Join(dir, "big.bin")
+			if err := os.WriteFile(file, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(file, size); err != nil {
+				t.Fatal(err)
+			}
+			f := newFixture(t, queue.Options{Limit: 1}, Options{},
+				&stubLauncher{sides: func(e *launcher.Endpoints) { e.Files = &url.URL{Scheme: "file", Path: dir} }})
+			_, body := f.do("POST", "/session", w3cChrome)
+			id := body["value"].(map[string]any)["sessionId"].(string)
+
+			conn, err := net.Dial("tcp", strings.TrimPrefix(f.srv.URL, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			fmt.Fprintf(conn, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+				c.method, fmt.Sprintf(c.path, id), len(c.body), c.body)
+			head := make([]byte, 4096)
+			if n, err := io.ReadAtLeast(conn, head, 12); err != nil || !strings.HasPrefix(string(head[:n]), "HTTP/1.1 200") {
+				t.Fatalf("no answer: %q %v", head[:n], err)
+			}
+			if !openByUs(t, file) {
+				t.Fatal("the file is not open while it is sent")
+			}
+			// The client reads nothing more; its session ends.
+			if resp, _ := f.do("DELETE", "/session/"+id, ""); resp.StatusCode != 200 {
+				t.Fatalf("DELETE: %d", resp.StatusCode)
+			}
+			// What the sockets hold comes, then the end. (The deadline only
+			// keeps a broken hub from hanging the test.)
+			conn.SetReadDeadline(time.Now().Add(2 * time.Minute))
+			n, err := io.Copy(io.Discard, conn)
+			if err != nil {
+				t.Fatalf("the answer did not end with the session: %v after %d bytes", err, n)
+			}
+			if n >= size {
+				t.Fatalf("the whole file was sent (%d bytes) after its session ended", n)
+			}
+			if openByUs(t, file) {
+				t.Error("the hub still holds the file open after its session ended")
+			}
+		})
+	}
+}
+
+// openByUs reports whether this process has path open.
+func openByUs(t *testing.T, path string) bool {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		if target, _ := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); target == path || target == path+" (deleted)" {
+			return true
+		}
+	}
+	return false
+}
+
+// A managed download is deflated without compression: compressing cost the
+// hub a CPU-second per gigabyte of zeros a browser downloaded and sent the
+// client a kilobyte, so what a client made the hub do did not follow what it
+// read. The entry is still Deflate, as Java's ZipInputStream needs of an
+// entry whose sizes follow its data.
+func TestManagedDownloadIsStoredDeflate(t *testing.T) {
+	dir := t.TempDir()
+	const size = 4 << 20
+	if err := os.WriteFile(filepath.Join(dir, "zeros.bin"), make([]byte, size), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{},
+		&stubLauncher{sides: func(e *launcher.Endpoints) { e.Files = &url.URL{Scheme: "file", Path: dir} }})
+	_, body := f.do("POST", "/session", w3cChrome)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	_, body = f.do("POST", "/session/"+id+"/se/files", `{"name":"zeros.bin"}`)
+	v, _ := body["value"].(map[string]any)
+	raw, err := base64.StdEncoding.DecodeString(fmt.Sprint(v["contents"]))
+	if err != nil {
+		t.Fatalf("se/files: %v", err)
+	}
+	zr, err := zip.NewReader(bytes.NewReader(raw), int64(len(raw)))
+	if err != nil || len(zr.File) != 1 {
+		t.Fatalf("not a zip of one file: %v", err)
+	}
+	e := zr.File[0]
+	if e.Method != zip.Deflate || e.CompressedSize64 < size || e.UncompressedSize64 != size {
+		t.Errorf("entry: method %d, %d bytes for %d, want Deflate (8) storing at least the file's %d", e.Method, e.CompressedSize64, e.UncompressedSize64, size)
 	}
 }
