@@ -301,6 +301,13 @@ type program struct {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	// Signals are caught from the start: SIGHUP's default action ends the
+	// process, and start-up (the sweep of an earlier run's browsers above
+	// all) can take seconds, during which a reload sent by a config
+	// manager killed the hub without a word. serve acts on what came.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
 	c, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -321,7 +328,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "websummoner:", err)
 		return exitConfig
 	}
-	return p.serve()
+	return p.serve(sigs)
 }
 
 // build makes every component from its Options. It starts nothing and touches
@@ -542,7 +549,7 @@ func kubeClient(path string, qps float64, burst int) (kubernetes.Interface, *res
 // serve listens, removes what an earlier run of this instance left, serves until
 // SIGTERM or SIGINT, reloads the configuration on SIGHUP, and drains on the way
 // out.
-func (p *program) serve() int {
+func (p *program) serve(sigs <-chan os.Signal) int {
 	c, log := p.c, p.log
 	// Listen and take the instance's lock before sweeping: a second hub that
 	// cannot bind, or shares this one's -instance, must touch nothing.
@@ -594,9 +601,6 @@ func (p *program) serve() int {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
 	// The warm pool starts browsers only now: after the sweep of an earlier
 	// run's, and with SIGINT handled, so a driver does not inherit a
 	// SIGINT that a hub started in the background ignores (its stop would
@@ -813,16 +817,28 @@ func exposure(addr net.Addr, authOn, tlsOn bool) string {
 	return ""
 }
 
-// shutdown drains for -graceful-period (a second signal cuts it short), removes
-// every container of this instance and stops serving.
+// shutdown drains for -graceful-period (a second SIGTERM or SIGINT cuts it
+// short; SIGHUP still reloads), removes every container of this instance and
+// stops serving.
 func (p *program) shutdown(sig os.Signal, sigs <-chan os.Signal, srv *httpserver.Server) {
 	logtag.Event(p.log, slog.LevelInfo, "", "SHUTTING_DOWN", sig, fmt.Sprintf("-graceful-period %v", p.c.gracefulPeriod))
 	ctx, cancel := context.WithTimeout(context.Background(), p.c.gracefulPeriod)
 	go func() {
-		select {
-		case <-sigs:
-			cancel()
-		case <-ctx.Done():
+		for {
+			select {
+			case sig := <-sigs:
+				if sig == syscall.SIGHUP {
+					// A config manager's reload is not a second stop: it
+					// ended every live session at once.
+					p.reload()
+					continue
+				}
+				logtag.Event(p.log, slog.LevelInfo, "", "DRAIN_CUT_SHORT", sig)
+				cancel()
+				return
+			case <-ctx.Done():
+				return
+			}
 		}
 	}()
 	p.hub.Drain(ctx)

@@ -196,6 +196,12 @@ func TestRunReloadAndShutdown(t *testing.T) {
 		}
 		t.Fatalf("create: %v %v %s", err, resp, body)
 	}
+	var created struct {
+		Value struct {
+			SessionID string `json:"sessionId"`
+		} `json:"value"`
+	}
+	json.NewDecoder(resp.Body).Decode(&created)
 	resp.Body.Close()
 
 	// What Prometheus is told of the last reload.
@@ -244,6 +250,15 @@ func TestRunReloadAndShutdown(t *testing.T) {
 
 	syscall.Kill(os.Getpid(), syscall.SIGTERM)
 	await("[DRAINING]")
+	// A reload while draining reloads, and cuts nothing short: it ended
+	// every live session at once.
+	syscall.Kill(os.Getpid(), syscall.SIGHUP)
+	await("[CONFIG_RELOADED]")
+	resp, err = http.Get(base + "/session/" + created.Value.SessionID + "/url")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a command after SIGHUP in the drain: %v %v", err, resp)
+	}
+	resp.Body.Close()
 	syscall.Kill(os.Getpid(), syscall.SIGTERM) // a second signal cuts the grace period short
 	await("[SESSION_SHUTDOWN]")
 	select {
