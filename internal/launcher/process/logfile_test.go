@@ -3,13 +3,16 @@ package process
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/websummoner/websummoner/internal/launcher"
+	"github.com/websummoner/websummoner/internal/launcher/launchertest"
 	"github.com/websummoner/websummoner/internal/logtest"
 	"github.com/websummoner/websummoner/internal/webdriver"
 )
@@ -87,5 +90,46 @@ func TestLogNameNeverReplacesAFile(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 2 {
 		t.Fatalf("files %v, want the two logs", entries)
+	}
+}
+
+// A kept log that cannot be written (a full -log-output-dir) costs the
+// session its log, not its driver: the copy of the driver's output stopped
+// at the first failed write and closed the pipe, and the driver's next line
+// killed it (SIGPIPE), so a full disk ended every local session and start.
+// /dev/full put in the log file's place gives the write the disk's ENOSPC.
+func TestFullLogDirKeepsTheDriver(t *testing.T) {
+	dir := t.TempDir()
+	ev, log := logtest.New(100)
+	l := closeAtEnd(t, New(Options{Options: launcher.Options{LogDir: dir, StartupTimeout: 10 * time.Second, StopTimeout: 2 * time.Second,
+		Instance: instanceFor("test-" + t.Name())}}, log))
+	r := req("-log-requests") // a line of output per request
+	r.Options = webdriver.Options{EnableLog: true}
+	inst, err := l.Start(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Stop(context.Background())
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skip("no /dev/full:", err)
+	}
+	defer full.Close()
+	if err := syscall.Dup2(int(full.Fd()), int(inst.(*instance).logFile.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := launchertest.DriverStatus(t, inst)
+	for range 5 { // each a line the driver writes after the failure
+		resp, err := http.Get(inst.Endpoints().Driver.JoinPath("status").String())
+		if err != nil {
+			break
+		}
+		resp.Body.Close()
+	}
+	if !alive(pid) {
+		t.Fatal("the driver died when its log could not be written")
+	}
+	if line := ev.Wait(t, "LOG_FAILED", 10*time.Second); !strings.Contains(line, "no space left on device") {
+		t.Errorf("logged %q", line)
 	}
 }

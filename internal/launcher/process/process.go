@@ -317,7 +317,9 @@ func (l *Launcher) startOnce(ctx context.Context, r launcher.Request, name strin
 				Msg: fmt.Sprintf("cannot create a driver log file in -log-output-dir %s: %v", l.opts.LogDir, err)}
 		}
 		inst.logFile = f
-		out = io.MultiWriter(out, f)
+		out = io.MultiWriter(out, &keptLog{f: f, failed: func(err error) {
+			logtag.Event(l.log, slog.LevelWarn, r.ID, "LOG_FAILED", fmt.Sprintf("writing the driver's log in -log-output-dir %s: %v", l.opts.LogDir, err), "the rest of this session's log is not kept")
+		}})
 	}
 	// A pipe, not an io.Writer: the driver writes to it directly, and the
 	// driver's exit is noticed when it exits rather than when the last browser
@@ -755,4 +757,24 @@ func xdgDownloads(downloads string) (string, error) {
 	}
 	line := fmt.Sprintf("XDG_DOWNLOAD_DIR=%q\n", downloads)
 	return dir, os.WriteFile(filepath.Join(dir, "user-dirs.dirs"), []byte(line), 0o644)
+}
+
+// keptLog is a driver's log file as a writer that never fails: the copy of
+// the driver's output stops at a writer's first error, closing the pipe,
+// and the driver's next write then killed it (SIGPIPE). A full
+// -log-output-dir ended every local session and start. The first error is
+// told to failed; what comes after it is not written.
+type keptLog struct {
+	f      io.Writer
+	failed func(error)
+	err    error
+}
+
+func (k *keptLog) Write(p []byte) (int, error) {
+	if k.err == nil {
+		if _, k.err = k.f.Write(p); k.err != nil {
+			k.failed(k.err)
+		}
+	}
+	return len(p), nil
 }
