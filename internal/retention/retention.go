@@ -129,8 +129,9 @@ type file struct {
 
 // Sweep removes, oldest first, the files older than MaxAge and then those
 // beyond MaxSize, and returns how many it removed. Files written within
-// Settle, hidden ones (a video still being copied) and live ones are never
-// removed, but count towards the size.
+// Settle, held open by this process (a video being copied, a running
+// session's log), live ones and hidden ones other than a copy's temporary
+// are never removed, but count towards the size.
 func (r *Retention) Sweep() int {
 	if !r.opts.Enabled() {
 		return 0
@@ -167,7 +168,7 @@ func (r *Retention) Sweep() int {
 		default:
 			continue
 		}
-		if now.Sub(f.mod) < r.opts.Settle || strings.HasPrefix(f.name, ".") || (r.opts.Live != nil && r.opts.Live(f.name)) {
+		if now.Sub(f.mod) < r.opts.Settle || hidden(f.name) || (r.opts.Live != nil && r.opts.Live(f.name)) {
 			continue // possibly still written
 		}
 		if open == nil {
@@ -188,6 +189,15 @@ func (r *Retention) Sweep() int {
 		logtag.Event(r.log, slog.LevelInfo, "", "RETENTION_REMOVED", f.name, why)
 	}
 	return removed
+}
+
+// hidden reports a file the sweep leaves alone whatever its age: a dot file
+// that is not a video copy's temporary (".<name>.<hex>.part"). A copy's
+// temporary is removed as any file is once settled and not held open: one
+// that a hub killed mid-copy left behind counted towards the size for ever,
+// and every later video went in its place.
+func hidden(name string) bool {
+	return strings.HasPrefix(name, ".") && !strings.HasSuffix(name, ".part")
 }
 
 // openIn returns the names of the files in dir this process holds open, from

@@ -83,28 +83,35 @@ func TestSweepRemovesOldestFirstWithinBothBounds(t *testing.T) {
 }
 
 // What may still be written is never removed: a file written within the
-// settle time, a hidden one (a video being copied), one the caller names
-// live, and one this process holds open (a quiet running session's log).
+// settle time, one the caller names live, one this process holds open (a
+// quiet running session's log, a video being copied), and a hidden one the
+// hub did not make. A copy's temporary that nothing holds, left by a hub
+// killed mid-copy, goes: it counted towards the size for ever, and every
+// later video went in its place.
 func TestSweepNeverRemovesFilesInUse(t *testing.T) {
 	dir := t.TempDir()
 	old := time.Now().Add(-48 * time.Hour)
 	put(t, dir, "fresh.log", 10, time.Now())
 	put(t, dir, ".video.mp4.1234.part", 10, old)
+	put(t, dir, ".left.mp4.5678.part", 10, old)
+	put(t, dir, ".keep", 10, old)
 	put(t, dir, "live.log", 10, old)
 	put(t, dir, "open.log", 10, old)
 	put(t, dir, "done.log", 10, old)
-	f, err := os.OpenFile(filepath.Join(dir, "open.log"), os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
+	for _, n := range []string{"open.log", ".video.mp4.1234.part"} {
+		f, err := os.OpenFile(filepath.Join(dir, n), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
 	}
-	defer f.Close()
 	r, err := New(Options{Kind: "log", Dir: dir, MaxAge: time.Hour, MaxSize: 1, Live: func(n string) bool { return n == "live.log" }}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.Sweep()
-	if got := names(t, dir); !slices.Equal(got, []string{".video.mp4.1234.part", "fresh.log", "live.log", "open.log"}) {
-		t.Fatalf("left %v: only done.log may go", got)
+	if got := names(t, dir); !slices.Equal(got, []string{".keep", ".video.mp4.1234.part", "fresh.log", "live.log", "open.log"}) {
+		t.Fatalf("left %v: only done.log and .left.mp4.5678.part may go", got)
 	}
 }
 
