@@ -45,6 +45,7 @@ func TestInvalidFlagsStopStartUp(t *testing.T) {
 		{[]string{"-first-byte-gate=maybe"}, "-first-byte-gate takes true or false"},
 		{[]string{"-retry-count", "-1"}, "-retry-count must be at least 1"},
 		{[]string{"-instance", "a/b"}, "-instance must be a name without"},
+		{[]string{"-instance", strings.Repeat("i", 81)}, "-instance must be at most 80 bytes (got 81)"},
 		{[]string{"-log-level", "loud"}, "-log-level must be"},
 		{[]string{"-log-format", "xml"}, "-log-format must be text or json"},
 		{[]string{"-disable-docker", "-conf", "/nonexistent.json"}, "-conf /nonexistent.json"},

@@ -368,6 +368,9 @@ func zoneName(local string, localtime func() (string, error)) string {
 	return local
 }
 
+// MaxInstance is the longest -instance.
+const MaxInstance = 80
+
 // Validate says which flag holds a value no launcher can work with.
 func (o Options) Validate() error {
 	switch {
@@ -377,6 +380,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("-session-delete-timeout must be a positive duration such as 30s (got %v)", o.StopTimeout)
 	case strings.ContainsAny(o.Instance, "/= \t\n"):
 		return fmt.Errorf("-instance must be a name without '/', '=' or spaces (got %q)", o.Instance)
+	case len(o.Instance) > MaxInstance:
+		// It names the instance's lock, a Unix socket, whose names have
+		// 107 bytes; a longer one failed as "another hub is running".
+		return fmt.Errorf("-instance must be at most %d bytes (got %d)", MaxInstance, len(o.Instance))
 	}
 	return nil
 }
