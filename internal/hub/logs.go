@@ -61,6 +61,10 @@ func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {
 		webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnsupportedOperation, fmt.Sprintf("session %s has no live output to follow", id))
 		return
 	}
+	socket := strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+	if socket && !socketOpening(w, r) {
+		return
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	// Ending the follow ends the stream, and the socket with it.
@@ -70,7 +74,7 @@ func (h *Hub) followLog(w http.ResponseWriter, r *http.Request, id string) {
 	}
 	defer done()
 	cancelAtEnd(ctx, cancel, s)
-	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+	if socket {
 		websocket.Server{Handshake: func(*websocket.Config, *http.Request) error { return nil }, Handler: func(c *websocket.Conn) {
 			// Binary frames, as Selenoid sends them; selenoid-ui reads either.
 			c.PayloadType = websocket.BinaryFrame

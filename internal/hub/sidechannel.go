@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/websummoner/websummoner/internal/httpserver"
 	"github.com/websummoner/websummoner/internal/logtag"
 	"github.com/websummoner/websummoner/internal/session"
@@ -179,4 +181,27 @@ func (h *Hub) toucher(s *session.Session) func() {
 			h.sessions.Touch(s)
 		}
 	}
+}
+
+// socketOpening reports whether r, which asks for a WebSocket, opens one as
+// RFC 6455 has it (and golang.org/x/net/websocket takes it), and otherwise
+// answers why in a W3C error: before the side channel is counted or its peer
+// dialled, and instead of websocket's own plain-text line.
+func socketOpening(w http.ResponseWriter, r *http.Request) bool {
+	why := ""
+	switch {
+	case r.Method != http.MethodGet:
+		why = "a WebSocket opens with GET, not " + r.Method
+	case !httpguts.HeaderValuesContainsToken(r.Header["Connection"], "upgrade"):
+		why = `a WebSocket's opening request says "Connection: Upgrade"`
+	case r.Header.Get("Sec-WebSocket-Key") == "":
+		why = "a WebSocket's opening request has a Sec-WebSocket-Key"
+	case r.Header.Get("Sec-WebSocket-Version") != "13":
+		w.Header().Set("Sec-WebSocket-Version", "13")
+		why = fmt.Sprintf("Sec-WebSocket-Version %q: this hub speaks WebSocket version 13", r.Header.Get("Sec-WebSocket-Version"))
+	default:
+		return true
+	}
+	webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument, why)
+	return false
 }

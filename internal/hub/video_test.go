@@ -176,6 +176,44 @@ func TestNoKeptNameOfAnotherSession(t *testing.T) {
 	}
 }
 
+// A malformed WebSocket opening of /vnc or /logs is told in a W3C error,
+// before the side channel is counted or its peer dialled: websocket's own
+// answer was a plain-text line without a length, after both.
+func TestMalformedSocketOpenings(t *testing.T) {
+	l := &stubLauncher{sides: func(e *launcher.Endpoints) { e.VNC = echoServer(t); e.Log = launcher.NewBroadcast() }}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{}, l)
+	_, body := f.do("POST", "/session", `{"capabilities":{"alwaysMatch":{"browserName":"chrome","selenoid:options":{"enableVNC":true}}}}`)
+	id := body["value"].(map[string]any)["sessionId"].(string)
+	good := map[string]string{"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version": "13"}
+	for _, c := range []struct {
+		name, method, header, value, want string
+	}{
+		{"POST", "POST", "", "", "opens with GET, not POST"},
+		{"no Connection: Upgrade", "GET", "Connection", "keep-alive", `"Connection: Upgrade"`},
+		{"no key", "GET", "Sec-WebSocket-Key", "", "has a Sec-WebSocket-Key"},
+		{"version 8", "GET", "Sec-WebSocket-Version", "8", "speaks WebSocket version 13"},
+	} {
+		for _, path := range []string{"/vnc/" + id, "/logs/" + id} {
+			var hdr []string
+			for k, v := range good {
+				if k == c.header {
+					v = c.value
+				}
+				hdr = append(hdr, k, v)
+			}
+			resp, body := f.do(c.method, path, "", hdr...)
+			if code, msg := errOf(body); resp.StatusCode != 400 || code != "invalid argument" || !strings.Contains(msg, c.want) {
+				t.Errorf("%s %s: %d %s %q, want 400 invalid argument saying %q", c.name, path, resp.StatusCode, code, msg, c.want)
+			}
+		}
+	}
+	f.hub.side.mu.Lock()
+	defer f.hub.side.mu.Unlock()
+	if len(f.hub.side.bySession) != 0 {
+		t.Errorf("refused openings still counted: %v", f.hub.side.bySession)
+	}
+}
+
 // echoServer stands in for a browser's VNC server (e2e/liveview_test.go has the
 // real x11vnc): it echoes what it reads.
 func echoServer(t *testing.T) *url.URL {

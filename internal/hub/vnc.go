@@ -43,6 +43,9 @@ func (h *Hub) vnc(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("/vnc/%s is a WebSocket (RFB in binary frames): connect with a WebSocket client such as noVNC", s.ID))
 		return
 	}
+	if !socketOpening(w, r) {
+		return
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	// Cancelling closes both sides (the handler below waits on ctx).
