@@ -38,6 +38,7 @@ func (l *Launcher) containerConfig(r launcher.Request, session string, side []na
 	}
 	maps.Copy(labels, b.Labels)
 	labels[LabelInstance] = l.opts.Instance
+	labels[LabelHub] = l.hubLabel()
 	labels[LabelSession] = session
 	labels[LabelBrowser] = r.Browser.String()
 

@@ -158,6 +158,7 @@ type Launcher struct {
 	dangling map[string][]uint16
 	addr     Address   // how drivers are reached, once known (address)
 	self     string    // the hub's own container with ByIP, if it joins networks
+	hub      string    // this hub's LabelHub value, once known (hubID)
 	pub      published // where Published ports are, by the engine's DOCKER_HOST
 	fromHub  string    // the hub's address toward a remote engine (address)
 }
@@ -248,6 +249,9 @@ func (l *Launcher) Start(ctx context.Context, r launcher.Request) (launcher.Inst
 	defer cancel()
 	if _, err := l.address(ctx); err != nil {
 		return nil, l.startErr(ctx, r.Browser, launcher.PhaseStart, "finding how to reach containers", err)
+	}
+	if _, err := l.hubID(ctx); err != nil {
+		return nil, l.startErr(ctx, r.Browser, launcher.PhaseStart, "finding whether the hub runs in a container", err)
 	}
 	side, err := l.inspectImage(ctx, r.Browser)
 	if err != nil {

@@ -327,6 +327,89 @@ func TestSweeps(t *testing.T) {
 	}
 }
 
+// Two hubs of one -instance on one engine (hub containers, each in a network
+// namespace of its own, where the instance lock does not reach) leave each
+// other's browsers and networks alone while both run; once a hub is gone,
+// what it left is swept. The "hubs" here are a container of the engine and
+// a process of this machine, as a hub's label names either.
+func TestSweepsSpareAnotherRunningHub(t *testing.T) {
+	needEngine(t)
+	ctx := context.Background()
+	name := instanceName(t)
+	l, ev := newLauncher(t, Options{Options: launcher.Options{Instance: name}}, nil)
+	hubContainer, err := engine.ContainerCreate(ctx, &container.Config{Image: stubImage, Labels: map[string]string{LabelInstance: name + "-hub"}}, nil, nil, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.ContainerRemove(ctx, hubContainer.ID, container.RemoveOptions{Force: true})
+	if err := engine.ContainerStart(ctx, hubContainer.ID, container.StartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hubProcess := exec.Command("sleep", "1h") // found by its pid, which the test holds
+	if err := hubProcess.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer hubProcess.Process.Kill()
+	owners := []string{"container:" + hubContainer.ID, hostProcess(hubProcess.Process.Pid)}
+	var made []string
+	for i, owner := range owners {
+		labels := map[string]string{LabelInstance: name, LabelHub: owner, LabelSession: fmt.Sprint(i)}
+		c, err := engine.ContainerCreate(ctx, &container.Config{Image: stubImage, Labels: labels}, nil, nil, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, c.ID)
+		if _, err := engine.NetworkCreate(ctx, fmt.Sprintf("%s-net-%d", name, i), network.CreateOptions{Labels: labels}); err != nil {
+			t.Fatal(err)
+		}
+		defer engine.NetworkRemove(ctx, fmt.Sprintf("%s-net-%d", name, i))
+	}
+	left := func() (containers, networks int) {
+		t.Helper()
+		nets, err := engine.NetworkList(ctx, network.ListOptions{Filters: filters.NewArgs(filters.Arg("label", LabelInstance+"="+name))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(containersOf(t, name)), len(nets)
+	}
+	if n := l.SweepAll(ctx); n != 0 {
+		t.Fatalf("the start-up sweep removed %d containers of running hubs", n)
+	}
+	if line := ev.Wait(t, "CONTAINERS_SPARED", time.Second); !strings.Contains(line, "[2]") || !strings.Contains(line, hubContainer.ID) {
+		t.Errorf("logged %q", line)
+	}
+	if n := l.Sweep(ctx); n != 0 {
+		t.Fatalf("a periodic sweep removed %d containers of running hubs", n)
+	}
+	if c, nw := left(); c != 2 || nw != 2 {
+		t.Fatalf("left %d containers and %d networks of running hubs, want 2 and 2", c, nw)
+	}
+	// Both hubs end: what they made is an earlier run's.
+	if err := engine.ContainerRemove(ctx, hubContainer.ID, container.RemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	hubProcess.Process.Kill()
+	hubProcess.Wait()
+	if n := l.SweepAll(ctx); n != 2 {
+		t.Fatalf("the sweep removed %d containers of gone hubs, want 2", n)
+	}
+	if c, nw := left(); c != 0 || nw != 0 {
+		t.Fatalf("left %d containers and %d networks of gone hubs", c, nw)
+	}
+	// This hub's own, by its own label, are its to sweep.
+	inst, err := l.Start(ctx, stubRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := containersOf(t, name)[0].Labels[LabelHub]; got != hostProcess(os.Getpid()) {
+		t.Errorf("the container's %s label is %q, want this process's %q", LabelHub, got, hostProcess(os.Getpid()))
+	}
+	_ = inst
+	if n := l.SweepAll(ctx); n != 1 {
+		t.Fatalf("the shutdown sweep removed %d of this hub's containers, want 1", n)
+	}
+}
+
 // flakyEngine is the real engine with a switch that makes Ping fail: a fault the
 // real engine cannot produce on demand without stopping it for every other test.
 type flakyEngine struct {

@@ -54,7 +54,7 @@ func (l *Launcher) createNetwork(ctx context.Context, name, session string) (str
 	cctx, cancel := l.uncancelled(ctx)
 	_, err := l.engine.NetworkCreate(cctx, name, network.CreateOptions{
 		Driver: "bridge",
-		Labels: map[string]string{LabelInstance: l.opts.Instance, LabelSession: session},
+		Labels: map[string]string{LabelInstance: l.opts.Instance, LabelHub: l.hubLabel(), LabelSession: session},
 	})
 	cancel()
 	if err == nil && ctx.Err() != nil {
@@ -193,11 +193,12 @@ func (l *Launcher) sweepNetworks(ctx context.Context, all bool) int {
 		return 0
 	}
 	n := 0
+	seen := map[string]bool{}
 	for _, nw := range list {
 		l.mu.Lock()
 		owned := l.creating[nw.Name] || l.networks[nw.Name]
 		l.mu.Unlock()
-		if owned && !all {
+		if owned && !all || l.otherHubRuns(ctx, nw.Labels[LabelHub], seen) {
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, l.opts.StopTimeout)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -74,8 +75,10 @@ func (l *Launcher) dropNetwork(ctx context.Context, name string) error {
 }
 
 // sweep removes containers of this instance that no live session owns. At
-// start-up (all) every container of the instance goes: they are a previous
-// run's. Otherwise a container is spared while it is being created.
+// start-up and shutdown (all) every container of the instance goes: they are
+// a previous run's, or this one's last. Otherwise a container is spared while
+// it is being created. Either way what another hub of the instance that still
+// runs made is spared (LabelHub).
 func (l *Launcher) sweep(ctx context.Context, all bool) int {
 	list, err := l.engine.ContainerList(ctx, container.ListOptions{All: true,
 		Filters: filters.NewArgs(filters.Arg("label", LabelInstance+"="+l.opts.Instance))})
@@ -83,9 +86,14 @@ func (l *Launcher) sweep(ctx context.Context, all bool) int {
 		logtag.Event(l.log, slog.LevelWarn, "", "SWEEP_FAILED", err)
 		return 0
 	}
-	n := 0
+	n, spared := 0, 0
 	listed := map[string]bool{} // containers still there after this sweep
+	seen := map[string]bool{}
 	for _, c := range list {
+		if l.otherHubRuns(ctx, c.Labels[LabelHub], seen) {
+			spared++
+			continue
+		}
 		l.mu.Lock()
 		owned := l.live[c.ID] != nil || l.recorders[c.ID] != nil
 		for _, cn := range c.Names {
@@ -117,6 +125,17 @@ func (l *Launcher) sweep(ctx context.Context, all bool) int {
 	}
 	l.mu.Unlock()
 	l.opts.Published.Remove(freed...)
+	if spared > 0 && all {
+		var hubs []string
+		for h, runs := range seen {
+			if runs {
+				hubs = append(hubs, h)
+			}
+		}
+		sort.Strings(hubs)
+		logtag.Event(l.log, slog.LevelWarn, "", "CONTAINERS_SPARED", strconv.Itoa(spared),
+			fmt.Sprintf("made by another hub of -instance %s that still runs (%s): left alone; give each hub its own -instance", l.opts.Instance, strings.Join(hubs, ", ")))
+	}
 	if n > 0 {
 		why := "no live session owns them"
 		if all {
@@ -132,7 +151,8 @@ func (l *Launcher) sweep(ctx context.Context, all bool) int {
 	return n
 }
 
-// SweepAll removes every container of this instance (start-up and shutdown).
+// SweepAll removes every container of this instance (start-up and shutdown)
+// but another running hub's.
 func (l *Launcher) SweepAll(ctx context.Context) int { return l.sweep(ctx, true) }
 
 // Sweep removes containers of this instance that no live session owns.

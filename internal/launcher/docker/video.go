@@ -70,7 +70,7 @@ func (l *Launcher) startRecorder(ctx context.Context, inst *instance, r launcher
 	cfg := &container.Config{
 		Image:  l.opts.VideoImage,
 		Env:    launcher.RecorderEnv(o, l.opts.VideoMaxSize),
-		Labels: map[string]string{LabelInstance: l.opts.Instance, LabelSession: session, LabelBrowser: r.Browser.String(), LabelRole: "recorder"},
+		Labels: map[string]string{LabelInstance: l.opts.Instance, LabelHub: l.hubLabel(), LabelSession: session, LabelBrowser: r.Browser.String(), LabelRole: "recorder"},
 	}
 	// It shares the browser's network: no raw sockets there either. It
 	// encodes what the client's page shows, so it is bounded as a browser
