@@ -351,14 +351,11 @@ func TestSweepsSpareAnotherRunningHub(t *testing.T) {
 	}
 	defer hubProcess.Process.Kill()
 	owners := []string{"container:" + hubContainer.ID, hostProcess(hubProcess.Process.Pid)}
-	var made []string
 	for i, owner := range owners {
 		labels := map[string]string{LabelInstance: name, LabelHub: owner, LabelSession: fmt.Sprint(i)}
-		c, err := engine.ContainerCreate(ctx, &container.Config{Image: stubImage, Labels: labels}, nil, nil, nil, "")
-		if err != nil {
+		if _, err := engine.ContainerCreate(ctx, &container.Config{Image: stubImage, Labels: labels}, nil, nil, nil, ""); err != nil {
 			t.Fatal(err)
 		}
-		made = append(made, c.ID)
 		if _, err := engine.NetworkCreate(ctx, fmt.Sprintf("%s-net-%d", name, i), network.CreateOptions{Labels: labels}); err != nil {
 			t.Fatal(err)
 		}
@@ -397,14 +394,12 @@ func TestSweepsSpareAnotherRunningHub(t *testing.T) {
 		t.Fatalf("left %d containers and %d networks of gone hubs", c, nw)
 	}
 	// This hub's own, by its own label, are its to sweep.
-	inst, err := l.Start(ctx, stubRequest())
-	if err != nil {
+	if _, err := l.Start(ctx, stubRequest()); err != nil {
 		t.Fatal(err)
 	}
 	if got := containersOf(t, name)[0].Labels[LabelHub]; got != hostProcess(os.Getpid()) {
 		t.Errorf("the container's %s label is %q, want this process's %q", LabelHub, got, hostProcess(os.Getpid()))
 	}
-	_ = inst
 	if n := l.SweepAll(ctx); n != 1 {
 		t.Fatalf("the shutdown sweep removed %d of this hub's containers, want 1", n)
 	}
