@@ -739,6 +739,50 @@ func (e *removeOnceFails) ContainerRemove(ctx context.Context, id string, o cont
 	return e.Engine.ContainerRemove(ctx, id, o)
 }
 
+// removedElsewhere is the engine while someone else (docker rm -f) removes
+// each container the hub does: the engine answers 409 "already in progress",
+// which a real engine gives only in that race.
+type removedElsewhere struct{ Engine }
+
+func (e removedElsewhere) ContainerRemove(ctx context.Context, id string, o container.RemoveOptions) error {
+	if err := e.Engine.ContainerRemove(ctx, id, o); err != nil {
+		return err
+	}
+	return fmt.Errorf("removal of container %s is already in progress: %w", id, cerrdefs.ErrConflict)
+}
+
+// A container that someone else is removing when the session ends is going:
+// the teardown is no failure, and nothing is left to the sweep or logged as
+// a removal that failed.
+func TestRemovalAlreadyInProgressIsNoFailure(t *testing.T) {
+	l, ev := newLauncher(t, Options{}, removedElsewhere{Engine: engine})
+	inst, err := l.Start(context.Background(), stubRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := inst.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	ev.Wait(t, "CONTAINER_REMOVED_ELSEWHERE", 5*time.Second)
+	l.mu.Lock()
+	dangling := len(l.dangling)
+	l.mu.Unlock()
+	if dangling != 0 {
+		t.Errorf("%d containers left to the sweep", dangling)
+	}
+	for {
+		select {
+		case line := <-ev:
+			if strings.Contains(line, "REMOVE_FAILED") {
+				t.Errorf("logged %q", line)
+			}
+			continue
+		default:
+		}
+		return
+	}
+}
+
 // A teardown whose removal fails leaves the container, its network and its
 // published ports to the next sweep, which takes all three: the network was
 // held as a live session's for the hub's whole life, and Docker's address

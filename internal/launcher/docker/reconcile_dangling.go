@@ -34,10 +34,16 @@ func (l *Launcher) removeNow(ctx context.Context, inst *instance) error {
 	if rec := inst.recorder; rec != nil {
 		// First: it lives in the browser's network namespace.
 		if err := l.engine.ContainerRemove(ctx, rec.id, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
-			logtag.Event(l.log, slog.LevelWarn, "", "CONTAINER_REMOVE_FAILED", shortID(rec.id), err, "the sweep will retry")
+			logtag.Event(l.log, slog.LevelWarn, inst.requestID, "CONTAINER_REMOVE_FAILED", shortID(rec.id), err, "the sweep will retry")
 		}
 	}
 	err := l.engine.ContainerRemove(ctx, inst.id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if cerrdefs.IsConflict(err) && strings.Contains(err.Error(), "already in progress") {
+		// Someone removes it already (docker rm -f): it is going, and the
+		// sweep sees it gone.
+		logtag.Event(l.log, slog.LevelDebug, inst.requestID, "CONTAINER_REMOVED_ELSEWHERE", shortID(inst.id))
+		err = nil
+	}
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		// The sweep takes the container, then its network, which no live
 		// session owns any more; its ports stay refused to sandboxed browsers
@@ -46,7 +52,7 @@ func (l *Launcher) removeNow(ctx context.Context, inst *instance) error {
 		l.dangling[inst.id] = inst.published
 		delete(l.networks, inst.network)
 		l.mu.Unlock()
-		logtag.Event(l.log, slog.LevelWarn, "", "CONTAINER_REMOVE_FAILED", shortID(inst.id), err, "the sweep will retry")
+		logtag.Event(l.log, slog.LevelWarn, inst.requestID, "CONTAINER_REMOVE_FAILED", shortID(inst.id), err, "the sweep will retry")
 		return fmt.Errorf("removing container %s: %w (the sweep retries every -sweep-interval)", shortID(inst.id), err)
 	}
 	l.opts.Published.Remove(inst.published...)
