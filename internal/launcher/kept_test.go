@@ -1,6 +1,8 @@
 package launcher
 
 import (
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -94,5 +96,27 @@ func TestLogFileOfAHostileSessionID(t *testing.T) {
 	}
 	if got := LogFile(webdriver.Options{LogName: "mine.log"}, "abc"); got != "mine.log" {
 		t.Errorf("logName: %q", got)
+	}
+}
+
+// A kept log whose writing fails before its first byte (a full disk) leaves
+// no empty file to be listed and served as the session's log; one that
+// failed part-way keeps what it has.
+func TestFailedKeptLogLeavesNoEmptyFile(t *testing.T) {
+	dir := t.TempDir()
+	o := Options{LogDir: dir}
+	fail := errors.New("no space left on device (injected)")
+	if err := o.WriteKeptLog(webdriver.Options{}, "empty", nil, "1", func(io.Writer) error { return fail }); !errors.Is(err, fail) {
+		t.Fatalf("err = %v", err)
+	}
+	if err := o.WriteKeptLog(webdriver.Options{}, "part", nil, "2", func(w io.Writer) error {
+		io.WriteString(w, "the start\n")
+		return fail
+	}); !errors.Is(err, fail) {
+		t.Fatalf("err = %v", err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 || entries[0].Name() != "part.log" {
+		t.Fatalf("left %v, want part.log alone", entries)
 	}
 }

@@ -235,6 +235,14 @@ func (o Options) WriteKeptLog(opts webdriver.Options, sessionID string, log *slo
 		logtag.Event(log, slog.LevelWarn, requestID, "LOG_RENAMED", fmt.Sprintf("%s exists in -log-output-dir; this session's log is %s", want, saved))
 	}
 	err = write(f)
+	if err != nil {
+		// A log that failed before its first byte (a full disk) is no log:
+		// an empty file would be listed and served as one. A part of one
+		// stays, for what it tells.
+		if st, serr := f.Stat(); serr == nil && st.Size() == 0 {
+			_ = os.Remove(filepath.Join(o.LogDir, saved))
+		}
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
