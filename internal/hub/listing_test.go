@@ -356,6 +356,7 @@ func TestLocalDownloadEndsWithItsSession(t *testing.T) {
 			if !openByUs(t, file) {
 				t.Fatal("the file is not open while it is sent")
 			}
+			closed := closeOf(t, file)
 			// The client reads nothing more; its session ends.
 			if resp, _ := f.do("DELETE", "/session/"+id, ""); resp.StatusCode != 200 {
 				t.Fatalf("DELETE: %d", resp.StatusCode)
@@ -370,11 +371,38 @@ func TestLocalDownloadEndsWithItsSession(t *testing.T) {
 			if n >= size {
 				t.Fatalf("the whole file was sent (%d bytes) after its session ended", n)
 			}
+			select {
+			case <-closed:
+			case <-time.After(time.Minute): // a broken hub's bound, not a margin
+			}
 			if openByUs(t, file) {
 				t.Error("the hub still holds the file open after its session ended")
 			}
 		})
 	}
+}
+
+// closeOf returns a channel closed when a reader of path closes it (inotify).
+func closeOf(t *testing.T, path string) <-chan struct{} {
+	t.Helper()
+	fd, err := syscall.InotifyInit1(syscall.IN_CLOEXEC | syscall.IN_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := syscall.InotifyAddWatch(fd, path, syscall.IN_CLOSE_NOWRITE); err != nil {
+		syscall.Close(fd)
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "inotify")
+	t.Cleanup(func() { f.Close() })
+	closed := make(chan struct{})
+	go func() {
+		buf := make([]byte, 4096)
+		if n, _ := f.Read(buf); n > 0 {
+			close(closed)
+		}
+	}()
+	return closed
 }
 
 // openByUs reports whether this process has path open.

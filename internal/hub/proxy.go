@@ -12,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -57,6 +58,20 @@ func (h *Hub) proxyCommand(w http.ResponseWriter, r *http.Request) {
 // command forwards /session/{id}/… to the session's driver; escID is the id
 // as escaped in the path.
 func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodDelete:
+	default:
+		// WebDriver's commands are GET, POST and DELETE (and HEAD is GET's),
+		// and a method is case-sensitive; a driver may read another as one
+		// of them (chromedriver takes PUT, "post" and "Post" for POST), so
+		// one the hub would not check as what it is goes no further: a PUT
+		// upload passed every check of a POST one, and a "delete" of the
+		// session quit the browser while the hub held its slot.
+		w.Header().Set("Allow", "GET, HEAD, POST, DELETE")
+		webdriver.WriteError(w, http.StatusMethodNotAllowed, webdriver.ErrUnknownMethod,
+			fmt.Sprintf("%.32q is not a WebDriver method: commands are GET, POST or DELETE, in capitals", r.Method))
+		return
+	}
 	id := escID
 	if strings.IndexByte(id, '%') >= 0 {
 		if u, err := url.PathUnescape(id); err == nil {
@@ -121,6 +136,11 @@ func (h *Hub) command(w http.ResponseWriter, r *http.Request, escID string) {
 		}
 		ctx = b.trace(ctx)
 	}
+	if r.Body != nil && r.Body != http.NoBody {
+		wb := &watchedBody{ReadCloser: r.Body}
+		r.Body = wb
+		ctx = context.WithValue(ctx, watchedBodyKey{}, wb) // the proxy's error handler gets the body wrapped
+	}
 	var closed *bool // set by lastWindow, which the proxy runs on this goroutine
 	if _, rest, _ := commandPath(r.URL.EscapedPath()); rest == "window" && r.Method == http.MethodDelete {
 		closed = new(bool)
@@ -176,10 +196,7 @@ func (h *Hub) sizeBody(w http.ResponseWriter, r *http.Request) (func(), bool) {
 	switch {
 	case err != nil:
 		give()
-		if r.Context().Err() == nil {
-			webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument,
-				fmt.Sprintf("the body of %s %s broke off: %v; send it whole", r.Method, r.URL.Path, err))
-		}
+		bodyBrokeOff(w, r, err)
 		return nil, false
 	case len(body) > MaxNewSessionBody:
 		give()
@@ -445,6 +462,19 @@ func (h *Hub) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 
 // commandError is proxyError for a session the caller holds.
 func (h *Hub) commandError(w http.ResponseWriter, r *http.Request, s *session.Session, err error) {
+	if wb, ok := r.Context().Value(watchedBodyKey{}).(*watchedBody); ok {
+		if wb.broke() == nil && r.Context().Err() != nil {
+			// The connection's read failed (a client that left, or one
+			// that half-closed with its body unsent) before the proxy read
+			// the body: what is left of it, already come or never to
+			// come, tells which.
+			_, _ = io.Copy(io.Discard, io.LimitReader(wb, 1<<20))
+		}
+		if berr := wb.broke(); berr != nil {
+			bodyBrokeOff(w, r, berr)
+			return
+		}
+	}
 	if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 		return
 	}
@@ -489,4 +519,48 @@ func (h *Hub) commandError(w http.ResponseWriter, r *http.Request, s *session.Se
 	// error body as the command's value, and the test would go on.
 	webdriver.WriteError(w, http.StatusInternalServerError, webdriver.ErrUnknownError,
 		fmt.Sprintf("session %s: the driver at %s did not answer %s %s: %v", s.ID, s.URL().Host, r.Method, r.URL.Path, err))
+}
+
+type watchedBodyKey struct{}
+
+// watchedBody is a command's body on its way to the driver, keeping the
+// error that broke it off, if any: Go's server then cancels the request's
+// context, and the proxy's error would read as a client that left.
+type watchedBody struct {
+	io.ReadCloser
+	mu  sync.Mutex
+	err error
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = err
+		}
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+// broke is the error that broke the body off; nil if none did.
+func (b *watchedBody) broke() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+// bodyBrokeOff answers a request whose body broke off (stalled past
+// -body-read-timeout, cut short, malformed chunks): 400, and the connection
+// closed after it. Go's server cancels the request's context then, as it
+// does for a client that left, so the hub answers whatever the context
+// says (to a client that left, the answer goes nowhere): answering nothing
+// sent an empty 200, which a client takes for the command's success. The
+// connection closes, so that nothing of the body that comes after is read
+// as a request of its own.
+func bodyBrokeOff(w http.ResponseWriter, r *http.Request, err error) {
+	w.Header().Set("Connection", "close")
+	webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument,
+		fmt.Sprintf("the body of %s %s broke off: %v; send it whole", r.Method, r.URL.Path, err))
 }

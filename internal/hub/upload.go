@@ -164,10 +164,8 @@ func (h *Hub) checkUpload(w http.ResponseWriter, r *http.Request, sent func()) (
 		switch {
 		case errors.As(err, &tooBig):
 			webdriver.WriteError(w, http.StatusRequestEntityTooLarge, webdriver.ErrInvalidArgument, h.uploadTooLarge())
-		case r.Context().Err() != nil: // the client left; nobody to answer
 		default:
-			webdriver.WriteError(w, http.StatusBadRequest, webdriver.ErrInvalidArgument,
-				fmt.Sprintf("the file upload's body broke off: %v; send it whole", err))
+			bodyBrokeOff(w, r, err)
 		}
 		return nil, false
 	}
