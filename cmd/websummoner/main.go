@@ -358,7 +358,7 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	}
 	p.configWarnings()
 	if c.logOutputDir != "" {
-		if err := os.MkdirAll(c.logOutputDir, 0o755); err != nil {
+		if err := writableDir(c.logOutputDir); err != nil {
 			return nil, fmt.Errorf("-log-output-dir %s: %v", c.logOutputDir, err)
 		}
 	}
@@ -428,7 +428,7 @@ func build(c *flagConfig, stderr io.Writer) (*program, error) {
 	}
 	if d := c.docker.VideoDir; d != "" && !c.disableDocker {
 		// Not fatal: a hub whose directory is read-only still serves browsers.
-		if err := os.MkdirAll(d, 0o755); err != nil {
+		if err := writableDir(d); err != nil {
 			logtag.Event(p.log, slog.LevelWarn, "", "INIT", fmt.Sprintf("-video-output-dir %s: %v; enableVideo is refused until the hub restarts with it writable", d, err))
 			c.docker.VideoDir = ""
 		}
@@ -878,4 +878,20 @@ func processSandbox(mode string, multiUser bool, dial *netns.Dialer) (*process.S
 	default:
 		return nil, fmt.Errorf("-htpasswd shares this host's local drivers between users, and they must each run in a sandbox of their own, which cannot be had: %v; fix that, run browsers in Docker, or give -process-sandbox off to accept that users can reach each other's browsers", err)
 	}
+}
+
+// writableDir makes dir if it is missing and checks that the hub can write
+// a file in it: a directory that exists but is read-only (a volume mounted
+// so, an immutable one) let sessions record or log for their whole length
+// and lose the file at their end.
+func writableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".websummoner-write-check-*")
+	if err != nil {
+		return fmt.Errorf("the hub cannot write in it: %w", err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }

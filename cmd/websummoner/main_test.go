@@ -59,6 +59,10 @@ func TestInvalidFlagsStopStartUp(t *testing.T) {
 		{[]string{"-sweep-interval", "-1s"}, "-sweep-interval must be a positive duration"},
 		{[]string{"-container-pids-limit", "-1"}, "-container-pids-limit must be 0"},
 		{[]string{"-enable-file-upload=maybe"}, "invalid boolean value"},
+		// A directory that is there but cannot be written in (a read-only
+		// volume; /proc here, as the tests may run as root): every
+		// enableLog session lost its log at its end.
+		{[]string{"-log-output-dir", "/proc"}, "-log-output-dir /proc: the hub cannot write in it"},
 	}
 	for _, c := range cases {
 		var stderr strings.Builder

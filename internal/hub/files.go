@@ -197,11 +197,11 @@ func (h *Hub) checkKeptNames(o webdriver.Options) error {
 // array), GET or HEAD of a name serves it (with Range), DELETE removes it.
 func serveDir(w http.ResponseWriter, r *http.Request, dir, name string, kind fileKind) {
 	if name == "" {
-		if r.Method != http.MethodGet {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead { // HEAD: uptime checks, as on Selenoid's file server
 			methodNotAllowed(w, r)
 			return
 		}
-		names := listFiles(dir)
+		names := listFiles(dir, kind == downloadFiles)
 		if _, asJSON := r.URL.Query()["json"]; asJSON {
 			writeJSON(w, http.StatusOK, names)
 			return
@@ -288,13 +288,15 @@ func openRegular(dir, name string) (*os.File, os.FileInfo, error) {
 	return f, st, nil
 }
 
-// listFiles names the finished downloads in dir, sorted; Chromium's partial
-// (.crdownload) and temporary (dot) files are not downloads yet.
-func listFiles(dir string) []string {
+// listFiles names the finished files in dir, sorted, but hidden ones (a
+// video being copied in); of downloads, Chromium's partial ones
+// (.crdownload) are not downloads yet. A kept log or video may have any
+// name a client chose, that one too.
+func listFiles(dir string, downloads bool) []string {
 	entries, _ := os.ReadDir(dir)
 	names := []string{}
 	for _, e := range entries {
-		if e.Type().IsRegular() && !strings.HasSuffix(e.Name(), ".crdownload") && !strings.HasPrefix(e.Name(), ".") {
+		if e.Type().IsRegular() && !(downloads && strings.HasSuffix(e.Name(), ".crdownload")) && !strings.HasPrefix(e.Name(), ".") {
 			names = append(names, e.Name())
 		}
 	}
@@ -324,7 +326,7 @@ func (h *Hub) gridFiles(w http.ResponseWriter, r *http.Request) {
 	}
 	switch r.Method {
 	case http.MethodGet:
-		writeJSON(w, http.StatusOK, map[string]any{"value": map[string]any{"names": listFiles(files.Path)}})
+		writeJSON(w, http.StatusOK, map[string]any{"value": map[string]any{"names": listFiles(files.Path, true)}})
 	case http.MethodPost:
 		name, ok := gridFileName(w, r, s)
 		if !ok {
@@ -339,7 +341,7 @@ func (h *Hub) gridFiles(w http.ResponseWriter, r *http.Request) {
 		defer cutAtEnd(w, s)()
 		writeZippedFile(w, name, f)
 	case http.MethodDelete:
-		for _, n := range listFiles(files.Path) {
+		for _, n := range listFiles(files.Path, true) {
 			_ = os.Remove(filepath.Join(files.Path, n))
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"value": nil})

@@ -370,3 +370,38 @@ func TestNonReadingVNCViewerEndsWithItsSession(t *testing.T) {
 	f.do("DELETE", "/session/"+id, "") // answered at once; the viewer's socket must close with the session
 	f.ev.Wait(t, "[VNC] [closed]", time.Minute)
 }
+
+// A kept video or log may have any name a client chose, ".crdownload"
+// included: it is listed (only a download of that name is a partial one),
+// and a listing answers HEAD, as Selenoid's file server does for uptime
+// checks.
+func TestKeptListingsShowEveryName(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"x.crdownload", ".v.mp4.0a1b2c3d.part", "run.mp4"} {
+		os.WriteFile(filepath.Join(dir, n), []byte("x"), 0o644)
+	}
+	f := newFixture(t, queue.Options{Limit: 1}, Options{VideoDir: dir, LogDir: dir}, &stubLauncher{})
+	for _, p := range []string{"/video/?json", "/logs/?json"} {
+		resp, err := http.Get(f.srv.URL + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		json.NewDecoder(resp.Body).Decode(&names)
+		resp.Body.Close()
+		if fmt.Sprint(names) != "[run.mp4 x.crdownload]" {
+			t.Errorf("%s lists %v, want [run.mp4 x.crdownload]", p, names)
+		}
+	}
+	for _, p := range []string{"/video/", "/logs/"} {
+		req, _ := http.NewRequest("HEAD", f.srv.URL+p, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("HEAD %s: %d", p, resp.StatusCode)
+		}
+	}
+}

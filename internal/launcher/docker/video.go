@@ -141,6 +141,11 @@ func (i *instance) finishVideo(ctx context.Context) (string, error) {
 	}
 	defer rc.Close()
 	saved, err := saveVideo(rc, l.opts.VideoDir, final, id, launcher.VideoReadBound(l.opts.VideoMaxSize))
+	if errors.Is(err, errEmptyVideo) {
+		// ffmpeg made the file and wrote nothing to it: it could not write
+		// this codec in this format (VP8 in MP4), or stopped at once.
+		return "", fmt.Errorf("video %s: the recorder wrote nothing (a videoCodec its file's format cannot hold, such as vp8 in .mp4, needs a videoName ending .webm or .mkv); its last output: %s", final, i.recorderTail(ctx))
+	}
 	if err == nil && saved != final {
 		logtag.Event(l.log, slog.LevelWarn, i.requestID, "VIDEO_RENAMED", fmt.Sprintf("%s exists in -video-output-dir; this session's video is %s", final, saved))
 	}
@@ -170,6 +175,9 @@ func (i *instance) recorderTail(ctx context.Context) string {
 	return text
 }
 
+// errEmptyVideo is a recorder's file with nothing in it: no video.
+var errEmptyVideo = errors.New("the recorder's file is empty")
+
 // saveVideo writes the one file of a tar stream (what the engine copies out of
 // a container) to dir/name, through a hidden temporary name, and returns the
 // name it has: where name exists (another session's video), one with the
@@ -187,6 +195,9 @@ func saveVideo(r io.Reader, dir, name, sessionID string, most int64) (string, er
 		}
 		if h.Typeflag != tar.TypeReg {
 			continue
+		}
+		if h.Size == 0 {
+			return "", errEmptyVideo
 		}
 		if h.Size > most {
 			return "", fmt.Errorf("video %s: %d MiB, over -video-max-size and its index's room (%d MiB), is not kept: the recorder image ignored VIDEO_MAX_SIZE (the project's images/recorder honours it)", name, h.Size>>20, most>>20)

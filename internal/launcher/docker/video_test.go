@@ -49,6 +49,15 @@ func TestSaveVideo(t *testing.T) {
 	if _, err := saveVideo(bytes.NewReader(stream), filepath.Join(dir, "missing"), "s3.mp4", "s3", 1<<20); err == nil || !strings.Contains(err.Error(), "-video-output-dir") {
 		t.Fatalf("an unwritable directory: %v", err)
 	}
+	// A recorder whose ffmpeg could not write its codec in the file's format
+	// (vp8 in .mp4) leaves an empty file: no video, and none is kept, where
+	// one was listed and served as the session's.
+	if _, err := saveVideo(videoTar(""), dir, "s4.mp4", "s4", 1<<20); !errors.Is(err, errEmptyVideo) {
+		t.Fatalf("an empty file: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Fatalf("%d entries in the directory after an empty video, want s1.mp4 alone", len(entries))
+	}
 }
 
 // enableVideo without a place to write or an image to record with fails before

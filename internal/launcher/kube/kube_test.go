@@ -479,6 +479,8 @@ type fakeExec struct {
 	// hang makes "cat" send one part, then nothing until its context ends:
 	// a client's own program in its container, in cat's place.
 	hang bool
+	// empty makes "cat" send nothing: a recording ffmpeg could not write.
+	empty bool
 }
 
 func (f *fakeExec) Exec(ctx context.Context, ns, pod, container string, cmd []string, stdout io.Writer) error {
@@ -492,6 +494,9 @@ func (f *fakeExec) Exec(ctx context.Context, ns, pod, container string, cmd []st
 			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}})
 		_, err = f.client.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
 		return err
+	}
+	if f.empty {
+		return nil
 	}
 	_, err := io.WriteString(stdout, "the recording")
 	if f.hang {
@@ -588,6 +593,19 @@ func TestVideoRecorderInThePod(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join(videos, "login.mp4"))
 	if err != nil || string(data) != "the recording" {
 		t.Errorf("video: %q %v", data, err)
+	}
+}
+
+// A recording its ffmpeg wrote nothing to (a codec its format cannot hold:
+// vp8 in .mp4) is no video: none is kept (VIDEO_FAILED says why).
+func TestEmptyRecordingIsNotKept(t *testing.T) {
+	videos := t.TempDir()
+	inst, _, ex := recordedSession(t, videos, false, 10*time.Second)
+	ex.empty = true
+	inst.SessionCreated("abc", nil)
+	inst.Stop(context.Background())
+	if left, _ := os.ReadDir(videos); len(left) != 0 {
+		t.Errorf("kept %v of an empty recording, want nothing", left)
 	}
 }
 

@@ -162,6 +162,11 @@ func (i *instance) finishVideo(ctx context.Context) (string, error) {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	if st, serr := os.Stat(tmp); err == nil && serr == nil && st.Size() == 0 {
+		// ffmpeg made the file and wrote nothing to it: it could not write
+		// this codec in this format (VP8 in MP4), or stopped at once.
+		err = errors.New("the recorder wrote nothing (a videoCodec its file's format cannot hold, such as vp8 in .mp4, needs a videoName ending .webm or .mkv)")
+	}
 	saved := ""
 	if err == nil {
 		saved, err = launcher.RenameKept(tmp, l.opts.VideoDir, final, id)
