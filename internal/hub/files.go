@@ -17,7 +17,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -461,21 +461,17 @@ func cancelAtEnd(ctx context.Context, cancel context.CancelFunc, s *session.Sess
 // serves its next request.
 func cutAtEnd(w http.ResponseWriter, s *session.Session) (stop func()) {
 	rc := http.NewResponseController(w)
-	quit := make(chan struct{})
-	cut := false
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		select {
-		case <-s.Ended():
-			cut = true
-			_ = rc.SetWriteDeadline(time.Now())
-		case <-quit:
-		}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancelAtEnd(ctx, cancel, s)
+	var cut atomic.Bool
+	stopCut := whileServing(ctx, func() {
+		cut.Store(true)
+		_ = rc.SetWriteDeadline(time.Now())
 	})
 	return func() {
-		close(quit)
-		wg.Wait()
-		if cut {
+		stopCut()
+		cancel()
+		if cut.Load() {
 			_ = rc.SetWriteDeadline(time.Time{})
 		}
 	}
@@ -514,10 +510,10 @@ func noGridFile(w http.ResponseWriter, s *session.Session, name string) {
 // JSON rather than a wrong file.
 //
 // The entry is deflated at level 0 (stored blocks): a compressing deflate
-// cost the hub's CPU a second per gigabyte of zeros a client's browser
-// downloaded, and sent it a kilobyte, so two requests kept a core busy for as
-// long as the file lasted; stored, the hub's work follows the bytes the
-// client reads. It is still Deflate, which every client's unzip reads, Java's
+// spends the hub's CPU on every byte of the file however little of it the
+// client reads, and a file of zeros shrinks a thousandfold, so a client
+// could keep a core busy for a trickle of answer; stored, the hub's work
+// follows the bytes the client reads. It is still Deflate, which every client's unzip reads, Java's
 // ZipInputStream among them: that one refuses a Stored entry whose sizes
 // follow its data, as a stream's must.
 func writeZippedFile(w http.ResponseWriter, name string, f io.Reader) {

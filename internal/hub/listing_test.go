@@ -420,10 +420,10 @@ func openByUs(t *testing.T, path string) bool {
 	return false
 }
 
-// A managed download is deflated without compression: compressing cost the
-// hub a CPU-second per gigabyte of zeros a browser downloaded and sent the
-// client a kilobyte, so what a client made the hub do did not follow what it
-// read. The entry is still Deflate, as Java's ZipInputStream needs of an
+// A managed download is deflated without compression: compressing, the hub
+// worked through a whole file of zeros a browser downloaded while its client
+// read a sliver of answer, so what a client made the hub do did not follow
+// what it read. The entry is still Deflate, as Java's ZipInputStream needs of an
 // entry whose sizes follow its data.
 func TestManagedDownloadIsStoredDeflate(t *testing.T) {
 	dir := t.TempDir()
